@@ -1,0 +1,41 @@
+# stepscope — every target brings up .venv first; binaries are built from Go
+# modules into ~/.cache/stepscope (never into the repository).
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+# Re-install only when the dependency pins change.
+VENV_STAMP := $(VENV)/.stepscope-installed
+
+.PHONY: venv binaries crds test test-unit demo bench lint clean-instance
+
+venv: $(VENV_STAMP)
+
+$(VENV_STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	# pip 23.2 backtracks for many minutes on boto3 + kubernetes; a current pip resolves at once.
+	$(PY) -m pip install --quiet --upgrade "pip==26.3" "setuptools==84.2.1" wheel
+	$(PY) -m pip install --quiet -e '.[operator,agent,dev]'
+	touch $(VENV_STAMP)
+
+binaries: venv
+	$(PY) -m stepscope_dev.cli build
+
+crds: venv
+	$(PY) -m stepscope.api.crdgen
+
+test: venv binaries
+	$(VENV)/bin/pytest -ra
+
+test-unit: venv
+	$(VENV)/bin/pytest -ra tests/unit
+
+demo: venv binaries
+	$(PY) -m stepscope_dev.demo
+
+bench: venv binaries
+	@set -e; for bench in bench/bench_*.py; do echo "== $$bench"; $(PY) $$bench; done
+
+lint: venv
+	$(VENV)/bin/ruff check stepscope operator agent_image dev tests bench
+	$(PY) -m stepscope.api.crdgen --check

@@ -1,0 +1,178 @@
+"""Turn one rank's finished window into uploaded artifacts, off the training path.
+
+In order: compress the trace the trainer exported, cut the NVML samples to the window and
+write them on the trace's clock, write the step timings, summarise the trace with the
+shared analysis (if it is there), check the rank's byte budget, then upload each artifact
+with its grant. Local files are removed whatever happens, so the shared volume never fills.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import json
+import logging
+import re
+import shutil
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from stepscope.api.agent import CaptureRequest, RankGrants
+from stepscope_agent.nvml_sampling import counter_trace
+from stepscope_agent.uploading import UploadError, upload_file
+
+log = logging.getLogger(__name__)
+
+# Kineto writes baseTimeNanoseconds either in the header (CPU-only traces) or in the trailer
+# after the events (GPU traces); both are small, so only the two ends of the file are read.
+_END_BYTES = 1 << 20
+_BASE_TIME = re.compile(rb'"baseTimeNanoseconds"\s*:\s*(\d+)')
+
+
+@dataclass
+class RankArtifacts:
+    """What the trainer reported when its window ended."""
+
+    rank: int
+    pid: int
+    first_step: int
+    last_step: int
+    steps: list[dict[str, Any]]
+    trace_file: Path | None
+    export_stall_ms: float | None
+
+
+@dataclass
+class PublishResult:
+    ok: bool
+    bytes_uploaded: int = 0
+    artifact_keys: list[str] = field(default_factory=list)
+    summary: dict[str, Any] | None = None
+    reason: str | None = None
+
+
+def publish_rank(
+    request: CaptureRequest,
+    artifacts: RankArtifacts,
+    samples: list,
+    work_dir: Path,
+) -> PublishResult:
+    grants = request.grants_for(artifacts.rank)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        files, summary, note = _write_artifacts(request, artifacts, samples, work_dir)
+        result = PublishResult(ok=True, summary=summary, reason=note)
+        total = sum(path.stat().st_size for path in files.values())
+        if total > request.max_bytes_per_rank:
+            sizes = ", ".join(f"{name} {path.stat().st_size}" for name, path in files.items())
+            return PublishResult(
+                ok=False,
+                summary=summary,
+                reason=f"artifacts are {total} bytes ({sizes}), over maxBytesPerRank "
+                f"{request.max_bytes_per_rank}; use fewer steps or a lower tier",
+            )
+        _upload(files, grants, result)
+        return result
+    except UploadError as error:
+        return PublishResult(ok=False, reason=str(error))
+    except Exception as error:
+        log.exception("publishing rank %s of %s failed", artifacts.rank, request.capture_id)
+        return PublishResult(ok=False, reason=f"could not prepare artifacts: {error!r}")
+    finally:
+        shutil.rmtree(work_dir, ignore_errors=True)
+        if artifacts.trace_file is not None:
+            artifacts.trace_file.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # the capture's folder, once its last rank is done
+            work_dir.parent.rmdir()
+
+
+def _upload(files: dict[str, Path], grants: RankGrants, result: PublishResult) -> None:
+    for name, path in files.items():
+        grant = grants.for_artifact(name)
+        result.bytes_uploaded += upload_file(path, grant)
+        result.artifact_keys.append(grant.key)
+
+
+def _write_artifacts(request, artifacts: RankArtifacts, samples, work_dir: Path):
+    files: dict[str, Path] = {}
+    base_ns = 0
+    summary: dict[str, Any] | None = None
+    note = None
+    if artifacts.trace_file is not None:
+        base_ns = trace_base_time_ns(artifacts.trace_file)
+        files["trace"] = work_dir / "trace.json.gz"
+        with (
+            artifacts.trace_file.open("rb") as raw,
+            gzip.open(files["trace"], "wb", compresslevel=6) as packed,
+        ):
+            shutil.copyfileobj(raw, packed, 1 << 20)
+        summary, note = summarize(files["trace"], artifacts.rank)
+    if summary is None:
+        summary = step_summary(artifacts)
+        if note:
+            summary["summaryError"] = note
+    files["counters"] = _write_json(
+        work_dir / "counters.json", counter_trace(samples, base_ns, artifacts.pid)
+    )
+    files["steps"] = _write_json(
+        work_dir / "steps.json",
+        {
+            "captureId": request.capture_id,
+            "rank": artifacts.rank,
+            "tier": request.tier.value,
+            "firstStep": artifacts.first_step,
+            "lastStep": artifacts.last_step,
+            "exportStallMs": artifacts.export_stall_ms,
+            "steps": artifacts.steps,
+        },
+    )
+    files["summary"] = _write_json(work_dir / "summary.json", summary)
+    return files, summary, note
+
+
+def summarize(trace: Path, rank: int) -> tuple[dict[str, Any] | None, str | None]:
+    """The shared per-rank analysis, imported lazily: the agent still uploads the trace
+    when the analysis is missing or fails, and says why in the rank's reason."""
+    try:
+        from stepscope.analysis import summarize_rank
+
+        summary = summarize_rank(trace, rank=rank)
+    except Exception as error:  # noqa: BLE001 - analysis is best effort here
+        return None, f"summary unavailable: {error!r}"
+    if hasattr(summary, "model_dump"):
+        summary = summary.model_dump(mode="json", by_alias=True)
+    return summary, None
+
+
+def step_summary(artifacts: RankArtifacts) -> dict[str, Any]:
+    """The steps tier's summary (and the fallback): step-time statistics only."""
+    durations = [s["durationMs"] for s in artifacts.steps]
+    waits = [s["dataWaitMs"] for s in artifacts.steps]
+    return {
+        "rank": artifacts.rank,
+        "firstStep": artifacts.first_step,
+        "lastStep": artifacts.last_step,
+        "stepTimeMs": {
+            "p50": statistics.median(durations) if durations else None,
+            "max": max(durations, default=None),
+        },
+        "dataWaitMs": {"p50": statistics.median(waits) if waits else None},
+    }
+
+
+def trace_base_time_ns(trace: Path) -> int:
+    """Kineto's ``baseTimeNanoseconds`` (event ``ts`` are microseconds after it), or 0 for
+    traces whose ``ts`` are already unix microseconds."""
+    with trace.open("rb") as file:
+        head = file.read(_END_BYTES)
+        file.seek(max(0, file.seek(0, 2) - _END_BYTES))
+        tail = file.read()
+    match = _BASE_TIME.search(head) or _BASE_TIME.search(tail)
+    return int(match.group(1)) if match else 0
+
+
+def _write_json(path: Path, document: dict) -> Path:
+    path.write_text(json.dumps(document, separators=(",", ":")))
+    return path

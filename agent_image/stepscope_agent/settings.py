@@ -1,0 +1,48 @@
+"""Names of the environment variables the agent reads, and the defaults behind them.
+
+This module is imported at start-up of every Python process that has the hook on its path,
+so it imports nothing but ``os``. The sidecar's settings model (sidecar_settings.py) reads
+the same names from here.
+"""
+
+from __future__ import annotations
+
+import os
+
+# The directory shared by the sidecar and the trainer: the Unix socket and the outbox of
+# finished traces live here. Without it the hook stays completely inert.
+AGENT_DIR_ENV = "STEPSCOPE_AGENT_DIR"
+# Set to "0" to keep the hook inert even though the agent directory is present.
+HOOK_ENABLED_ENV = "STEPSCOPE_HOOK"
+
+SOCKET_NAME = "agent.sock"
+OUTBOX_NAME = "outbox"
+
+# How often the trainer's channel thread reports its step progress to the sidecar.
+REPORT_INTERVAL_S = 0.5
+# How long the channel waits before trying to reach a missing sidecar again (it backs off
+# up to the maximum so a pod without a sidecar pays almost nothing).
+RECONNECT_MIN_S = 0.5
+RECONNECT_MAX_S = 5.0
+# Recent steps kept for the step-time median and the status endpoint.
+RING_CAPACITY = 256
+# Steps used for the "recent median" the operator plans with.
+RECENT_STEPS = 20
+# Events waiting for the sidecar are dropped beyond this many, so a dead sidecar never makes
+# the trainer's memory grow.
+OUTBOX_EVENTS_MAX = 1024
+
+
+def agent_dir() -> str | None:
+    """The shared directory, or None when the hook should stay inert."""
+    if os.environ.get(HOOK_ENABLED_ENV, "1") == "0":
+        return None
+    return os.environ.get(AGENT_DIR_ENV) or None
+
+
+def socket_path(directory: str | os.PathLike) -> str:
+    return os.path.join(directory, SOCKET_NAME)
+
+
+def outbox_dir(directory: str | os.PathLike) -> str:
+    return os.path.join(directory, OUTBOX_NAME)

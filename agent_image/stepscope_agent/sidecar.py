@@ -1,0 +1,238 @@
+"""The agent sidecar: one per pod, serving the operator over HTTP and the trainers over
+the pod-local socket, and publishing finished windows to object storage.
+
+Run as ``stepscope-agent``; configuration comes from the environment (sidecar_settings).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import statistics
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from stepscope.api.agent import AgentStatus, CaptureRequest, CaptureState, RankStatus
+from stepscope_agent import __version__, messages, settings
+from stepscope_agent.captures import Capture, CaptureBook
+from stepscope_agent.http_api import serve_http
+from stepscope_agent.nvml_sampling import NvmlSampler
+from stepscope_agent.publishing import RankArtifacts, publish_rank
+from stepscope_agent.registry import RankLink, RankRegistry
+from stepscope_agent.sidecar_settings import SettingsError, SidecarSettings
+
+log = logging.getLogger("stepscope_agent")
+
+# Publishing (gzip, analysis, upload) runs on at most this many ranks at once, so a pod
+# with many ranks does not take the trainers' CPU all at once.
+PUBLISH_WORKERS = 2
+DEADLINE_CHECK_S = 1.0
+
+
+class Agent:
+    def __init__(self, config: SidecarSettings) -> None:
+        self.config = config
+        self.book = CaptureBook()
+        self.sampler = NvmlSampler()
+        self._publisher = ThreadPoolExecutor(PUBLISH_WORKERS, thread_name_prefix="publish")
+        self._windows_open: dict[tuple[str, int], float] = {}
+        self.outbox = Path(settings.outbox_dir(config.agent_dir))
+        self.outbox.mkdir(parents=True, exist_ok=True)
+        # Trainers often run as another user than the sidecar and write their traces here.
+        with contextlib.suppress(OSError):  # not ours to change if a trainer made it first
+            self.outbox.chmod(0o777)
+        self.registry = RankRegistry(
+            Path(settings.socket_path(config.agent_dir)), self._on_message, self._send_pending_arms
+        )
+
+    # The operator's side (called from HTTP handler threads).
+
+    def status(self) -> AgentStatus:
+        ranks = []
+        for link in self.registry.links():
+            p = link.progress
+            ranks.append(
+                RankStatus(
+                    rank=link.rank,
+                    local_rank=link.local_rank,
+                    pid=link.pid,
+                    global_step=p.get("globalStep"),
+                    step_time_ms=p.get("stepTimeMs"),
+                    data_wait_ms=p.get("dataWaitMs"),
+                    last_step_at=p.get("lastStepAt"),
+                )
+            )
+        steps = [r.global_step for r in ranks if r.global_step is not None]
+        times = [r.step_time_ms for r in ranks if r.step_time_ms is not None]
+        return AgentStatus(
+            pod=self.config.pod,
+            namespace=self.config.namespace,
+            node=self.config.node,
+            ranks=ranks,
+            current_step=max(steps, default=None),
+            step_time_ms=statistics.median(times) if times else None,
+            torch_version=next((link.torch_version for link in self.registry.links()), None),
+            gpu_present=self.sampler.gpu_present,
+            agent_time=time.time(),
+            agent_version=__version__,
+        )
+
+    def arm(self, request: CaptureRequest) -> tuple[Capture, bool]:
+        capture, created = self.book.arm(request)
+        if created:
+            log.info(
+                "armed %s: steps %d..%d, tier %s, ranks %s",
+                request.capture_id,
+                request.start_step,
+                request.end_step,
+                request.tier.value,
+                sorted(capture.ranks),
+            )
+            for link in self.registry.links():
+                if link.rank in capture.ranks:
+                    self._send_arm(link, request)
+        return capture, created
+
+    def cancel(self, capture_id: str) -> Capture | None:
+        capture = self.book.cancel(capture_id)
+        if capture is not None:
+            for link in self.registry.links():
+                link.send(messages.CANCEL, captureId=capture_id)
+        return capture
+
+    # The trainers' side (called from registry reader threads).
+
+    def _send_pending_arms(self, link: RankLink) -> None:
+        for capture in self.book.pending_for(link.rank):
+            self._send_arm(link, capture.request)
+
+    def _send_arm(self, link: RankLink, request: CaptureRequest) -> None:
+        link.send(
+            messages.ARM,
+            captureId=request.capture_id,
+            startStep=request.start_step,
+            steps=request.steps,
+            warmupSteps=request.warmup_steps,
+            tier=request.tier.value,
+            trace=request.takes_trace(link.rank),
+        )
+
+    def _on_message(self, link: RankLink, message: dict[str, Any] | None) -> None:
+        if message is None:
+            self.book.rank_gone(link.rank, link.progress.get("globalStep"))
+            self._sample_if_capturing()
+            return
+        kind, capture_id = message["type"], message.get("captureId")
+        if kind == messages.WINDOW_STARTED:
+            self._windows_open[(capture_id, link.rank)] = time.time()
+            self.book.update(
+                capture_id, link.rank, state=CaptureState.CAPTURING, first_step=message["firstStep"]
+            )
+        elif kind == messages.WINDOW_FAILED:
+            self.book.update(
+                capture_id, link.rank, state=CaptureState.FAILED, reason=message["reason"]
+            )
+        elif kind == messages.WINDOW_FINISHED:
+            self._window_finished(link, message)
+        self._sample_if_capturing()
+
+    def _window_finished(self, link: RankLink, message: dict[str, Any]) -> None:
+        capture_id = message["captureId"]
+        capture = self.book.update(
+            capture_id,
+            link.rank,
+            state=CaptureState.UPLOADING,
+            first_step=message["firstStep"],
+            last_step=message["lastStep"],
+            steps_captured=len(message["steps"]),
+            export_stall_ms=message.get("exportStallMs"),
+        )
+        trace_file = Path(message["traceFile"]) if message.get("traceFile") else None
+        if capture is None:  # cancelled or expired meanwhile: nothing to publish
+            if trace_file is not None:
+                trace_file.unlink(missing_ok=True)
+            return
+        opened = self._windows_open.pop((capture_id, link.rank), time.time())
+        samples = self.sampler.samples_between(opened - 0.2, time.time())
+        artifacts = RankArtifacts(
+            rank=link.rank,
+            pid=link.pid,
+            first_step=message["firstStep"],
+            last_step=message["lastStep"],
+            steps=message["steps"],
+            trace_file=trace_file,
+            export_stall_ms=message.get("exportStallMs"),
+        )
+        self._publisher.submit(self._publish, capture, artifacts, samples)
+
+    def _publish(self, capture: Capture, artifacts: RankArtifacts, samples: list) -> None:
+        request = capture.request
+        work_dir = self.outbox / request.capture_id / f"rank-{artifacts.rank}.work"
+        result = publish_rank(request, artifacts, samples, work_dir)
+        state = CaptureState.DONE if result.ok else CaptureState.FAILED
+        self.book.update(
+            request.capture_id,
+            artifacts.rank,
+            state=state,
+            bytes_uploaded=result.bytes_uploaded,
+            artifact_keys=result.artifact_keys,
+            summary=result.summary,
+            reason=result.reason,
+        )
+        log.info(
+            "capture %s rank %d %s%s",
+            request.capture_id,
+            artifacts.rank,
+            state.value,
+            f": {result.reason}" if result.reason else "",
+        )
+
+    def _sample_if_capturing(self) -> None:
+        self.sampler.sample_while(self.book.capturing())
+
+    def watch_deadlines(self) -> None:
+        while True:
+            time.sleep(DEADLINE_CHECK_S)
+            self.book.expire(datetime.now(UTC))
+            self._sample_if_capturing()
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        config = SidecarSettings.from_env()
+    except (SettingsError, ValueError, OSError) as error:
+        print(f"stepscope-agent: {error}", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=config.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    config.agent_dir.mkdir(parents=True, exist_ok=True)
+    agent = Agent(config)
+    agent.registry.serve_in_background()
+    threading.Thread(target=agent.watch_deadlines, name="deadlines", daemon=True).start()
+    server = serve_http(agent, config)
+    log.info(
+        "stepscope agent %s on %s:%d, pod %s, socket %s",
+        __version__,
+        config.host,
+        server.server_address[1],
+        config.pod,
+        settings.socket_path(config.agent_dir),
+    )
+    signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())
+    try:
+        server.serve_forever()
+    finally:
+        server.server_close()
+        agent.registry.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,106 @@
+"""Upload one file with a presigned grant: a single PUT, or multipart parts plus complete.
+
+The agent holds no storage credentials, only these URLs. Transient failures (connection
+errors, 5xx, 429) are retried with exponential back-off; a refusal (other 4xx, e.g. an
+expired grant) fails at once with the storage server's own error code and message.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from stepscope.api.agent import ArtifactGrant, MultipartGrant
+
+ATTEMPTS = 5
+FIRST_BACKOFF_S = 0.5
+REQUEST_TIMEOUT_S = 60.0
+
+
+class UploadError(Exception):
+    """The upload did not happen; the message says why in words a person can act on."""
+
+
+def upload_file(path: Path, grant: ArtifactGrant) -> int:
+    """Upload ``path`` to the grant's key and return the bytes sent."""
+    # An expired grant is left for the storage server to refuse: its clock is the one that
+    # counts, and its error message is the one a person can look up.
+    size = path.stat().st_size
+    if grant.put_url is not None:
+        _with_retries(lambda: _put(grant.put_url, path, 0, size), grant.key)
+    else:
+        _upload_parts(path, size, grant.multipart, grant.key)
+    return size
+
+
+def _upload_parts(path: Path, size: int, multipart: MultipartGrant, key: str) -> None:
+    part_size = multipart.part_size_bytes
+    count = max(1, -(-size // part_size))
+    if count > len(multipart.part_urls):
+        raise UploadError(
+            f"{path.name} is {size} bytes, more than the {multipart.capacity_bytes} bytes "
+            f"its {len(multipart.part_urls)} part grants carry for {key}"
+        )
+    etags = []
+    for number in range(1, count + 1):
+        offset = (number - 1) * part_size
+        length = min(part_size, size - offset)
+        url = multipart.part_urls[number - 1]
+        headers = _with_retries(
+            functools.partial(_put, url, path, offset, length), f"{key} part {number}"
+        )
+        etags.append(headers.get("ETag", ""))
+    body = "".join(
+        f"<Part><PartNumber>{n}</PartNumber><ETag>{etag}</ETag></Part>"
+        for n, etag in enumerate(etags, start=1)
+    )
+    document = f"<CompleteMultipartUpload>{body}</CompleteMultipartUpload>".encode()
+    _with_retries(lambda: _request("POST", multipart.complete_url, document), f"{key} complete")
+
+
+def _put(url: str, path: Path, offset: int, length: int):
+    with path.open("rb") as file:
+        file.seek(offset)
+        return _request("PUT", url, file.read(length))
+
+
+def _request(method: str, url: str, body: bytes):
+    request = urllib.request.Request(url, data=body, method=method)
+    request.add_header("Content-Length", str(len(body)))
+    with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_S) as response:
+        answer = response.read()
+        # CompleteMultipartUpload can fail with 200 and an <Error> document.
+        if b"<Error>" in answer:
+            raise urllib.error.HTTPError(url, 500, _s3_error(answer), response.headers, None)
+        return response.headers
+
+
+def _with_retries(action, what: str):
+    delay = FIRST_BACKOFF_S
+    last_error = ""
+    for attempt in range(1, ATTEMPTS + 1):
+        try:
+            return action()
+        except urllib.error.HTTPError as error:
+            detail = _s3_error(error.read() if error.fp else b"") or error.reason
+            last_error = f"HTTP {error.code}: {detail}"
+            if 400 <= error.code < 500 and error.code not in (408, 429):
+                raise UploadError(f"storage refused {what}: {last_error}") from None
+        except (urllib.error.URLError, OSError) as error:
+            last_error = str(getattr(error, "reason", error))
+        if attempt < ATTEMPTS:
+            time.sleep(delay)
+            delay *= 2
+    raise UploadError(f"could not upload {what} after {ATTEMPTS} attempts: {last_error}")
+
+
+def _s3_error(document: bytes) -> str:
+    """'Code: Message' from an S3 error document, or '' when it is not one."""
+    text = document.decode(errors="replace")
+    code = re.search(r"<Code>(.*?)</Code>", text)
+    message = re.search(r"<Message>(.*?)</Message>", text)
+    return ": ".join(m.group(1) for m in (code, message) if m)

@@ -1,0 +1,87 @@
+"""`stepscope dev build | up | down | env | status`: the local control plane from a shell."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+from pathlib import Path
+
+from stepscope_dev import build
+from stepscope_dev.cluster import STATE_FILE, LocalCluster, start_cluster, stop_cluster
+
+INSTANCE_ENV = "STEPSCOPE_DEV_DIR"
+
+
+def default_instance_dir() -> Path:
+    configured = os.environ.get(INSTANCE_ENV)
+    return Path(configured) if configured else build.cache_root() / "instances" / "default"
+
+
+def _load(instance: Path) -> LocalCluster:
+    if not (instance / STATE_FILE).exists():
+        raise SystemExit(f"no instance in {instance}; start one with `stepscope dev up`")
+    return LocalCluster.load(instance)
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    print(build.ensure_binaries())
+    return 0
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    bin_dir = build.ensure_binaries()
+    cluster = start_cluster(args.instance, bin_dir)
+    print(f"local control plane up in {args.instance}", file=sys.stderr)
+    print(f"  kube-apiserver {cluster.api_url}\n  S3 {cluster.s3_endpoint} "
+          f"(bucket {cluster.s3_bucket})", file=sys.stderr)
+    print("run `eval \"$(stepscope dev env)\"` to use it", file=sys.stderr)
+    return 0
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    if not (args.instance / STATE_FILE).exists():
+        print(f"nothing running in {args.instance}", file=sys.stderr)
+        return 0
+    stop_cluster(_load(args.instance))
+    print(f"stopped every process of {args.instance}", file=sys.stderr)
+    return 0
+
+
+def cmd_env(args: argparse.Namespace) -> int:
+    cluster = _load(args.instance)
+    for key, value in cluster.env().items():
+        print(f"export {key}={shlex.quote(value)}")
+    print(f"export PATH={shlex.quote(str(cluster.bin_dir))}:\"$PATH\"")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    cluster = _load(args.instance)
+    states = cluster.running()
+    for name, alive in states.items():
+        print(f"{name:28} pid {cluster.pids[name]:>7}  {'running' if alive else 'stopped'}")
+    return 0 if states and all(states.values()) else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="stepscope dev",
+                                     description="Local control plane for tests and the demo.")
+    parser.add_argument("--instance", type=Path, default=default_instance_dir(),
+                        help=f"instance directory (default ${INSTANCE_ENV} or the cache)")
+    commands = parser.add_subparsers(dest="command", required=True)
+    for name, handler, help_text in (
+        ("build", cmd_build, "build every binary from its Go module (cached)"),
+        ("up", cmd_up, "build what is missing and start the control plane and S3"),
+        ("down", cmd_down, "stop every process the instance started"),
+        ("env", cmd_env, "print the KUBECONFIG and S3 settings to export"),
+        ("status", cmd_status, "show which processes are running"),
+    ):
+        commands.add_parser(name, help=help_text).set_defaults(handler=handler)
+    args = parser.parse_args(argv)
+    return args.handler(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

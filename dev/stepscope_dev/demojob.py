@@ -1,0 +1,124 @@
+"""Submit the demo's 4-rank PyTorchJob (dev/demo/) to a local cluster, for `make demo` and tests.
+
+The job is dev/demo/pytorchjob.yaml as written, with a few knobs tests need: fewer steps, extra
+trainer arguments (``--slow-rank 2`` makes rank 2 a straggler), another name, and a free master
+port, because torch's TCPStore listens on all interfaces and two jobs on one machine must not
+share a port. Its agents accept the token in the Secret ``stepscope-agent-token``.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+DEMO_DIR = Path(__file__).resolve().parents[2] / "dev" / "demo"
+JOB_NAME = "ddp-demo"
+TRAINER_CONFIG_MAP = "ddp-demo-trainer"
+TOKEN_SECRET = "stepscope-agent-token"
+TOKEN_KEY = "token"
+JOB_NAME_LABEL = "training.kubeflow.org/job-name"
+NAMESPACE_READY_TIMEOUT_S = 60.0
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("", 0))
+        return probe.getsockname()[1]
+
+
+def demo_job_manifest(
+    *,
+    name: str = JOB_NAME,
+    steps: int | None = None,
+    trainer_args: tuple[str, ...] = (),
+    master_port: int | None = None,
+) -> dict[str, Any]:
+    """dev/demo/pytorchjob.yaml with the knobs applied to every replica."""
+    job = yaml.safe_load((DEMO_DIR / "pytorchjob.yaml").read_text())
+    job["metadata"]["name"] = name
+    port = master_port or free_port()
+    for replica in job["spec"]["pytorchReplicaSpecs"].values():
+        # The YAML shares one template between replicas (an anchor); give each its own copy.
+        replica["template"] = copy.deepcopy(replica["template"])
+        trainer = next(c for c in replica["template"]["spec"]["containers"]
+                       if c["name"] == "pytorch")
+        command = trainer["command"]
+        if steps is not None:
+            command[command.index("--steps") + 1] = str(steps)
+        command.extend(trainer_args)
+        for container_port in trainer["ports"]:
+            if container_port["name"] == "pytorchjob-port":
+                container_port["containerPort"] = port
+    return job
+
+
+def submit_demo_job(cluster: Any, namespace: str, *, agent_token: str, **knobs: Any) -> dict:
+    """Create the namespace if needed, the trainer ConfigMap, the agents' token Secret and the
+    job (``knobs`` as for ``demo_job_manifest``); returns the job manifest submitted."""
+    if cluster.kubectl("get", "namespace", namespace, check=False).returncode != 0:
+        cluster.kubectl("create", "namespace", namespace)
+    deadline = time.monotonic() + NAMESPACE_READY_TIMEOUT_S
+    # Pods are refused until the namespace's default ServiceAccount exists.
+    while cluster.kubectl("get", "serviceaccount", "default", "-n", namespace,
+                          check=False).returncode != 0:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no default ServiceAccount in {namespace} after "
+                               f"{NAMESPACE_READY_TIMEOUT_S:.0f}s (is kube-controller-manager up?)")
+        time.sleep(0.5)
+    job = demo_job_manifest(**knobs)
+    objects = [
+        {"apiVersion": "v1", "kind": "ConfigMap",
+         "metadata": {"name": TRAINER_CONFIG_MAP, "namespace": namespace},
+         "data": {"train_ddp.py": (DEMO_DIR / "train_ddp.py").read_text()}},
+        {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+         "metadata": {"name": TOKEN_SECRET, "namespace": namespace},
+         "stringData": {TOKEN_KEY: agent_token}},
+        {**job, "metadata": {**job["metadata"], "namespace": namespace}},
+    ]
+    cluster.kubectl("apply", "-f", "-",
+                    input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
+    return job
+
+
+def job_condition(cluster: Any, namespace: str, name: str = JOB_NAME) -> str | None:
+    """The job's latest true condition (Created, Running, Succeeded, Failed, ...), if any."""
+    result = cluster.kubectl("get", "pytorchjob", name, "-n", namespace, "-o", "json",
+                             check=False)
+    if result.returncode != 0:
+        return None
+    conditions = json.loads(result.stdout).get("status", {}).get("conditions", [])
+    true = [c["type"] for c in conditions if c["status"] == "True"]
+    return true[-1] if true else None
+
+
+def wait_for_job(cluster: Any, namespace: str, *conditions: str, name: str = JOB_NAME,
+                 timeout: float = 180.0) -> str:
+    """Wait until the job's latest condition is one of ``conditions``; returns it."""
+    deadline = time.monotonic() + timeout
+    while (condition := job_condition(cluster, namespace, name)) not in conditions:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"PyTorchJob {namespace}/{name} is {condition!r} after "
+                               f"{timeout:.0f}s, not one of {conditions}")
+        time.sleep(1.0)
+    return condition
+
+
+def job_pods_running(cluster: Any, namespace: str, name: str = JOB_NAME) -> list[dict]:
+    """The job's pods once every replica runs with all containers ready; else an empty list."""
+    job = json.loads(cluster.kubectl("get", "pytorchjob", name, "-n", namespace, "-o",
+                                     "json").stdout)
+    expected = sum(r.get("replicas", 1) for r in job["spec"]["pytorchReplicaSpecs"].values())
+    result = cluster.kubectl("get", "pods", "-n", namespace, "-l", f"{JOB_NAME_LABEL}={name}",
+                             "-o", "json")
+    running = [
+        pod for pod in json.loads(result.stdout)["items"]
+        if pod["status"].get("phase") == "Running"
+        and all(s.get("ready") for s in pod["status"].get("containerStatuses", []))
+    ]
+    return running if len(running) == expected else []

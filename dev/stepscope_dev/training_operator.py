@@ -1,0 +1,159 @@
+"""The Kubeflow training operator (PyTorchJob, ``kubeflow.org/v1``) for the local control plane.
+
+The controllers are upstream's, from the Go module github.com/kubeflow/training-operator at the
+version pinned in ``versions.py``, compiled with the machine's Go toolchain into the binary cache
+(never into the repository). The entry point is ``training_operator_main.go`` beside this file
+instead of upstream's ``cmd/training-operator.v1``: upstream always serves its validating webhook
+on all interfaces and needs a certificate Secret, a Service and cluster DNS for it, which the
+local control plane does not have. docs/local-control-plane.md ("Training operator") lists every
+difference. The CRDs are applied from the module cache, where ``go`` downloaded the module.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from stepscope_dev import versions
+from stepscope_dev.build import cache_root
+from stepscope_dev.components import start_component
+from stepscope_dev.processes import start_process
+
+MODULE = "github.com/kubeflow/training-operator"
+COMPONENT = "training-operator"
+"""Its name in the cluster's ``pids``."""
+MAIN_SOURCE = Path(__file__).with_name("training_operator_main.go")
+INIT_CONTAINER_TEMPLATE = Path(__file__).with_name("pytorch_init_container.yaml")
+CRD_FILES = ("kubeflow.org_pytorchjobs.yaml",)
+"""Only PyTorchJob is enabled (``--enable-scheme=pytorchjob``), so only its CRD is applied."""
+PYTORCHJOB_CRD = "pytorchjobs.kubeflow.org"
+INIT_CONTAINER_IMAGE = "busybox"
+"""Image name of the workers' init container; never pulled, the pod runner runs its command."""
+CRD_READY_TIMEOUT_S = 60
+
+
+def _log(message: str) -> None:
+    print(f"[stepscope dev training-operator] {message}", file=sys.stderr, flush=True)
+
+
+def source_dir() -> Path:
+    """The wrapper module the operator is built in: ~/.cache/stepscope/src/training-operator-V."""
+    return cache_root() / "src" / f"training-operator-{versions.TRAINING_OPERATOR}"
+
+
+def _go_env() -> dict[str, str]:
+    # -mod=mod lets `go build` add the module's requirements to the wrapper's go.mod and go.sum.
+    return {**os.environ, "GOFLAGS": "-mod=mod", "CGO_ENABLED": "0"}
+
+
+def _write_wrapper(src: Path) -> None:
+    src.mkdir(parents=True, exist_ok=True)
+    go_mod = src / "go.mod"
+    if not go_mod.exists():  # Once written, `go build` keeps it (and go.sum) up to date.
+        go_mod.write_text(
+            "module stepscope.local/build/training-operator\n\ngo 1.26\n\n"
+            f"require {MODULE} {versions.TRAINING_OPERATOR}\n"
+        )
+    shutil.copyfile(MAIN_SOURCE, src / "main.go")
+
+
+def ensure_training_operator(bin_dir: Path) -> Path:
+    """Build the operator into ``bin_dir`` unless it is already there; returns the binary.
+
+    The binary's name carries the module version and a hash of the entry point, so a change to
+    either builds a new binary instead of reusing a stale one.
+    """
+    digest = hashlib.sha256(MAIN_SOURCE.read_bytes()).hexdigest()[:10]
+    binary = bin_dir / f"training-operator-{versions.TRAINING_OPERATOR}-{digest}"
+    if binary.exists():
+        return binary
+    if shutil.which("go") is None:
+        raise RuntimeError("the Go toolchain is required to build the training operator")
+    src = source_dir()
+    _write_wrapper(src)
+    partial = binary.with_name(binary.name + ".partial")
+    _log(f"building {MODULE} {versions.TRAINING_OPERATOR} in {src} (several minutes when cold)")
+    started = time.monotonic()
+    result = subprocess.run(
+        # nice: the build must not starve tests or servers running beside it.
+        ["nice", "-n", "10", "go", "build", "-trimpath", "-ldflags", "-s -w", "-o", str(partial),
+         "."],
+        cwd=src, env=_go_env(), capture_output=True, text=True, check=False,
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"building the training operator failed:\n{result.stderr[-4000:]}")
+    os.replace(partial, binary)
+    _log(f"built {binary.name} in {time.monotonic() - started:.0f}s")
+    return binary
+
+
+def module_dir() -> Path:
+    """Where ``go`` unpacked the pinned module (its manifests live there)."""
+    _write_wrapper(source_dir())
+    result = subprocess.run(
+        ["go", "list", "-m", "-json", f"{MODULE}@{versions.TRAINING_OPERATOR}"],
+        cwd=source_dir(), env=_go_env(), capture_output=True, text=True, check=False,
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"`go list -m {MODULE}` failed:\n{result.stderr[-2000:]}")
+    directory = json.loads(result.stdout).get("Dir")
+    if not directory:
+        raise RuntimeError(f"{MODULE} is not in the module cache; run ensure_training_operator")
+    return Path(directory)
+
+
+def crd_paths() -> list[Path]:
+    return [module_dir() / "manifests" / "base" / "crds" / name for name in CRD_FILES]
+
+
+def install_crds(cluster: Any) -> None:
+    """Apply the PyTorchJob CRD from the module cache and wait until the API serves it.
+
+    Server-side apply, because the CRD is larger than the annotation client-side apply keeps.
+    """
+    for path in crd_paths():
+        cluster.kubectl("apply", "--server-side", "--force-conflicts",
+                        "--field-manager=stepscope-dev", "-f", str(path))
+    # Polled rather than `kubectl wait`, which fails outright while a fresh CRD has no
+    # status.conditions yet.
+    established = '{.status.conditions[?(@.type=="Established")].status}'
+    deadline = time.monotonic() + CRD_READY_TIMEOUT_S
+    while cluster.kubectl("get", "crd", PYTORCHJOB_CRD, "-o", f"jsonpath={established}",
+                          check=False).stdout.strip() != "True":
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"CRD {PYTORCHJOB_CRD} not Established after "
+                               f"{CRD_READY_TIMEOUT_S}s")
+        time.sleep(0.2)
+
+
+def start_training_operator(cluster: Any, *, die_with_parent: bool = False) -> subprocess.Popen:
+    """Build if needed, apply the CRD, and start the operator against ``cluster``; returns the
+    process (the running one if this process started it before, see ``components``). Its log
+    is ``<instance>/logs/training-operator.log``."""
+
+    def start() -> subprocess.Popen:
+        binary = ensure_training_operator(cluster.bin_dir)
+        install_crds(cluster)
+        return start_process(
+            [
+                str(binary),
+                f"--kubeconfig={cluster.kubeconfig}",
+                "--enable-scheme=pytorchjob",
+                "--metrics-bind-address=0",
+                "--health-probe-bind-address=0",
+                f"--pytorch-init-container-template-file={INIT_CONTAINER_TEMPLATE}",
+                f"--pytorch-init-container-image={INIT_CONTAINER_IMAGE}",
+                "--zap-log-level=info",
+            ],
+            cluster.logs_dir / "training-operator.log",
+            die_with_parent=die_with_parent,
+        )
+
+    return start_component(cluster, COMPONENT, start)

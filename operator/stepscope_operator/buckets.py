@@ -1,0 +1,104 @@
+"""The operator's S3 access: clients, streaming reads, and clean-up of a session's keys.
+
+Two clients: one for the operator's own calls, and one that only signs URLs for
+the agents, pointed at the endpoint the pods can reach (they may differ, e.g. a
+cluster-internal service name versus a node address). Both sign with SigV4 and
+path-style addressing, which every S3-compatible server accepts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, BinaryIO
+
+import boto3
+from botocore.config import Config
+
+from stepscope_operator.settings import OperatorSettings
+
+
+@dataclass(frozen=True)
+class Buckets:
+    client: Any  # boto3 S3 client for the operator's own calls
+    presigner: Any  # boto3 S3 client whose URLs the agents use
+    bucket: str
+
+    def put_bytes(self, key: str, body: bytes, content_type: str) -> None:
+        self.client.put_object(Bucket=self.bucket, Key=key, Body=body, ContentType=content_type)
+
+    def upload_file(self, key: str, fileobj: BinaryIO, content_type: str) -> None:
+        # upload_fileobj switches to multipart for large files, so memory stays bounded.
+        self.client.upload_fileobj(
+            fileobj, self.bucket, key, ExtraArgs={"ContentType": content_type}
+        )
+
+    def get_bytes(self, key: str) -> bytes | None:
+        try:
+            return self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read()
+        except self.client.exceptions.NoSuchKey:
+            return None
+
+    def open_stream(self, key: str) -> BinaryIO | None:
+        """A streaming body (file-like, read in chunks), or None when the key is absent."""
+        try:
+            return self.client.get_object(Bucket=self.bucket, Key=key)["Body"]
+        except self.client.exceptions.NoSuchKey:
+            return None
+
+    def list_keys(self, prefix: str) -> list[tuple[str, int]]:
+        keys: list[tuple[str, int]] = []
+        paginator = self.client.get_paginator("list_objects_v2")
+        for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix):
+            keys += [(obj["Key"], obj["Size"]) for obj in page.get("Contents", [])]
+        return keys
+
+    def abort_incomplete_uploads(self, prefix: str) -> int:
+        """Abort multipart uploads under `prefix` that were granted but never completed,
+        so their parts stop occupying the bucket."""
+        aborted = 0
+        answer = self.client.list_multipart_uploads(Bucket=self.bucket, Prefix=prefix)
+        for upload in answer.get("Uploads", []):
+            self.client.abort_multipart_upload(
+                Bucket=self.bucket, Key=upload["Key"], UploadId=upload["UploadId"]
+            )
+            aborted += 1
+        return aborted
+
+    def delete_prefix(self, prefix: str) -> int:
+        """Delete every object (and pending upload) under `prefix`; returns objects deleted."""
+        if not prefix.endswith("/"):
+            raise ValueError(f"refusing to delete prefix {prefix!r}: it must end with '/'")
+        self.abort_incomplete_uploads(prefix)
+        keys = [key for key, _ in self.list_keys(prefix)]
+        for start in range(0, len(keys), 1000):
+            chunk = keys[start : start + 1000]
+            self.client.delete_objects(
+                Bucket=self.bucket, Delete={"Objects": [{"Key": k} for k in chunk], "Quiet": True}
+            )
+        return len(keys)
+
+
+def _client(settings: OperatorSettings, endpoint: str | None) -> Any:
+    credentials = {}
+    if settings.s3_access_key_id and settings.s3_secret_access_key:
+        credentials = {
+            "aws_access_key_id": settings.s3_access_key_id.get_secret_value(),
+            "aws_secret_access_key": settings.s3_secret_access_key.get_secret_value(),
+        }
+    return boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        region_name=settings.s3_region,
+        config=Config(
+            signature_version="s3v4", s3={"addressing_style": "path"}, retries={"max_attempts": 3}
+        ),
+        **credentials,
+    )
+
+
+def connect_buckets(settings: OperatorSettings) -> Buckets:
+    return Buckets(
+        client=_client(settings, settings.s3_endpoint),
+        presigner=_client(settings, settings.agent_s3_endpoint),
+        bucket=settings.s3_bucket,
+    )

@@ -1,0 +1,116 @@
+"""Collect the per-rank summaries, merge them, and publish the session's artifacts.
+
+Nothing here holds a raw trace: per-rank summaries (a few KB each) come from the
+agents' capture status, or from `rank-<r>/summary.json` when an agent is gone;
+the merged trace is streamed event by event from the rank traces in S3 into a
+temporary gzip file, then uploaded in parts.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import tempfile
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+
+from pydantic import ValidationError
+
+from stepscope.analysis.job_model import JobSummary
+from stepscope.analysis.merge import merge_ranks
+from stepscope.analysis.merged_trace import write_merged_trace
+from stepscope.analysis.report import render_report
+from stepscope.analysis.summary_model import RankSummary
+from stepscope.api.session_status import StatusArtifacts
+from stepscope.storage import RankArtifact, SessionArtifact, rank_key, s3_uri, session_key
+from stepscope_operator.buckets import Buckets
+from stepscope_operator.status import RankOutcome
+from stepscope_operator.targets import RankTarget
+
+
+def gather_summaries(
+    buckets: Buckets, prefix: str, outcomes: Iterable[RankOutcome]
+) -> tuple[list[RankSummary], list[str]]:
+    """Summaries of every rank that delivered a capture, plus notes on those that could not
+    be read. Misaligned ranks are included: the merge names them too."""
+    summaries, notes = [], []
+    for outcome in outcomes:
+        if outcome.verdict not in ("captured", "misaligned"):
+            continue
+        raw = outcome.summary
+        if raw is None:
+            stored = buckets.get_bytes(rank_key(prefix, outcome.rank, RankArtifact.SUMMARY))
+            raw = json.loads(stored) if stored else None
+        if raw is None:
+            notes.append(f"rank {outcome.rank} (pod {outcome.pod}): no summary delivered")
+            continue
+        try:
+            summary = RankSummary.model_validate(raw)
+        except ValidationError as exc:
+            notes.append(
+                f"rank {outcome.rank} (pod {outcome.pod}): unreadable summary ({exc.error_count()} errors)"
+            )
+            continue
+        # The agent knows the rank; the operator's placement is authoritative for the job.
+        summaries.append(summary.model_copy(update={"rank": outcome.rank}))
+    return summaries, notes
+
+
+def merge_job(summaries: list[RankSummary], targets: Iterable[RankTarget]) -> JobSummary:
+    placement = {t.rank: (t.pod, t.node or "") for t in targets}
+    return merge_ranks(
+        summaries, {r: placement[r] for r in (s.rank for s in summaries) if r in placement}
+    )
+
+
+def publish_artifacts(
+    buckets: Buckets,
+    prefix: str,
+    job: JobSummary,
+    now: datetime,
+    retention: timedelta,
+) -> StatusArtifacts:
+    """Upload summary.json, report.html and merged.trace.json.gz; describe what is stored."""
+    buckets.put_bytes(
+        session_key(prefix, SessionArtifact.SUMMARY),
+        job.model_dump_json().encode(),
+        "application/json",
+    )
+    buckets.put_bytes(
+        session_key(prefix, SessionArtifact.REPORT),
+        render_report(job).encode(),
+        "text/html; charset=utf-8",
+    )
+    merged_key = session_key(prefix, SessionArtifact.MERGED_TRACE)
+    stored = {key for key, _ in buckets.list_keys(prefix)}
+    sources = [
+        (summary.rank, _opener(buckets, rank_key(prefix, summary.rank, RankArtifact.TRACE)))
+        for summary in job.ranks
+        if rank_key(prefix, summary.rank, RankArtifact.TRACE) in stored
+    ]
+    merged = None
+    if sources:
+        with tempfile.TemporaryFile() as spool:
+            with gzip.GzipFile(fileobj=spool, mode="wb", compresslevel=6) as out:
+                write_merged_trace(sources, job.offsets_us, out)
+            spool.seek(0)
+            buckets.upload_file(merged_key, spool, "application/gzip")
+        merged = s3_uri(buckets.bucket, merged_key)
+    total = sum(size for _, size in buckets.list_keys(prefix))
+    return StatusArtifacts(
+        uri=s3_uri(buckets.bucket, prefix),
+        report=s3_uri(buckets.bucket, session_key(prefix, SessionArtifact.REPORT)),
+        merged_trace=merged,
+        size_bytes=total,
+        expires_at=now + retention,
+    )
+
+
+def _opener(buckets: Buckets, key: str):
+    def open_trace():
+        stream = buckets.open_stream(key)
+        if stream is None:
+            raise FileNotFoundError(f"s3://{buckets.bucket}/{key} vanished while merging")
+        return stream
+
+    return open_trace

@@ -1,0 +1,193 @@
+"""What a running session works with: the operator's clients, a parsed view of the
+session object, its persisted plan, and the one place that writes its status."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import aiohttp
+from pydantic import BaseModel
+
+from stepscope.api.session import ProfileSessionSpec, describe_target
+from stepscope.api.session_status import ProfileSessionStatus
+from stepscope.storage import SessionArtifact, session_key, session_prefix
+from stepscope_operator.agent_client import AgentClient
+from stepscope_operator.buckets import Buckets
+from stepscope_operator.kubeapi import KubeApi
+from stepscope_operator.metrics import SESSIONS_FINISHED
+from stepscope_operator.planning import WindowPlan
+from stepscope_operator.settings import OperatorSettings
+from stepscope_operator.status import READY, is_final, phase_event, ready_condition, set_condition
+from stepscope_operator.targets import RankTarget, TargetKind
+
+
+@dataclass
+class OperatorContext:
+    settings: OperatorSettings
+    kube: KubeApi
+    http: aiohttp.ClientSession
+    buckets: Buckets
+    master_token: str
+
+    def now(self) -> datetime:
+        return datetime.now(UTC)
+
+    def agents(self, namespace: str) -> AgentClient:
+        """A client for the agents in `namespace`: they accept only that namespace's token."""
+        return AgentClient.for_namespace(
+            self.http,
+            self.master_token,
+            namespace,
+            self.settings.agent_port,
+            self.settings.probe_timeout_seconds,
+        )
+
+
+def _parse_time(text: str | None) -> datetime:
+    if not text:
+        return datetime.now(UTC)
+    return datetime.fromisoformat(text)
+
+
+@dataclass
+class SessionView:
+    """A ProfileSession object, parsed once: identity, validated spec, current status."""
+
+    body: dict[str, Any]
+    name: str
+    namespace: str
+    uid: str
+    generation: int | None
+    created: datetime
+    spec: ProfileSessionSpec
+    status: ProfileSessionStatus
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any]) -> SessionView:
+        meta = body["metadata"]
+        return cls(
+            body=body,
+            name=meta["name"],
+            namespace=meta["namespace"],
+            uid=meta["uid"],
+            generation=meta.get("generation"),
+            created=_parse_time(meta.get("creationTimestamp")),
+            spec=ProfileSessionSpec.model_validate(body.get("spec") or {}),
+            status=ProfileSessionStatus.model_validate(body.get("status") or {}),
+        )
+
+    @property
+    def target_kind(self) -> TargetKind:
+        target = self.spec.target
+        if target.pytorch_job is not None:
+            return TargetKind.PYTORCH_JOB
+        if target.train_job is not None:
+            return TargetKind.TRAIN_JOB
+        return TargetKind.POD_SELECTOR
+
+    @property
+    def target_ref(self):
+        target = self.spec.target
+        return target.pytorch_job or target.train_job or target.pod_selector
+
+    @property
+    def target_text(self) -> str:
+        return describe_target(self.spec.target)
+
+    def prefix(self, settings: OperatorSettings) -> str:
+        return session_prefix(settings.s3_prefix, self.namespace, self.name, self.uid)
+
+
+class SessionRecord(BaseModel):
+    """The plan of one session, stored as plan.json next to its artifacts before any agent
+    is armed: a restarted operator resumes with exactly this plan, not a new one."""
+
+    capture_id: str
+    plan: WindowPlan
+    targets: list[RankTarget]
+    capture_deadline: datetime
+    unreachable: dict[str, str] = {}
+
+    @property
+    def pod_ips(self) -> dict[str, str | None]:
+        return {t.pod: t.pod_ip for t in self.targets}
+
+
+def save_record(ctx: OperatorContext, view: SessionView, record: SessionRecord) -> None:
+    key = session_key(view.prefix(ctx.settings), SessionArtifact.PLAN)
+    ctx.buckets.put_bytes(key, record.model_dump_json().encode(), "application/json")
+
+
+def load_record(ctx: OperatorContext, view: SessionView) -> SessionRecord | None:
+    raw = ctx.buckets.get_bytes(session_key(view.prefix(ctx.settings), SessionArtifact.PLAN))
+    return SessionRecord.model_validate(json.loads(raw)) if raw else None
+
+
+@dataclass
+class StatusWriter:
+    """Writes the session's status subresource and tells each phase change as an Event."""
+
+    ctx: OperatorContext
+    view: SessionView
+    status: ProfileSessionStatus = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.status = self.view.status.model_copy(deep=True)
+
+    @property
+    def phase(self) -> str:
+        return self.status.phase or "Pending"
+
+    async def enter(
+        self,
+        phase: str,
+        reason: str | None = None,
+        message: str | None = None,
+        conditions: tuple[tuple[str, str, str, str], ...] = (),
+        **fields: Any,
+    ) -> None:
+        """Move to `phase` (or stay, updating fields); Ready follows the phase. Extra
+        `conditions` are (type, status, reason, message)."""
+        now = self.ctx.now()
+        changed = phase != self.status.phase
+        ready_status, ready_reason, ready_message = ready_condition(phase, reason, message)
+        generation = self.view.generation
+        updated = set_condition(
+            self.status.conditions,
+            READY,
+            ready_status,
+            ready_reason,
+            ready_message,
+            generation,
+            now,
+        )
+        for type_, status, cond_reason, cond_message in conditions:
+            updated = set_condition(
+                updated, type_, status, cond_reason, cond_message, generation, now
+            )
+        self.status = self.status.model_copy(
+            update={
+                "phase": phase,
+                "observed_generation": generation,
+                "conditions": updated,
+                "target": self.view.target_text,
+                **fields,
+            }
+        )
+        # Re-validate so derived columns (window range, step time) are filled in.
+        self.status = ProfileSessionStatus.model_validate(self.status.model_dump())
+        await self.ctx.kube.patch_session_status(
+            self.view.namespace, self.view.name, self.status.to_wire()
+        )
+        if changed and is_final(phase):
+            SESSIONS_FINISHED.labels(self.view.namespace, phase).inc()
+        if changed:
+            kind, event_reason, event_message = phase_event(phase, ready_message)
+            await self.ctx.kube.post_event(self.view.body, kind, event_reason, event_message)
+
+    async def fail(self, reason: str, message: str, condition_type: str | None = None) -> None:
+        conditions = ((condition_type, "False", reason, message),) if condition_type else ()
+        await self.enter("Failed", reason, message, conditions=conditions)

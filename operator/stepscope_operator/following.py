@@ -1,0 +1,61 @@
+"""Follow the armed captures: ask every agent for its capture's state, in parallel."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+
+from pydantic import BaseModel
+
+from stepscope.api.agent import FINAL_STATES, CaptureState, CaptureStatus
+from stepscope_operator.agent_client import AgentClient, AgentError
+
+
+class PodObservation(BaseModel):
+    """What one pod's agent said about the capture, or why it said nothing."""
+
+    pod: str
+    capture: CaptureStatus | None = None
+    error: str | None = None
+    # The agent answered but does not know the capture: it was never armed, or it
+    # restarted and lost it. Waiting longer cannot change that.
+    unknown_capture: bool = False
+
+    @property
+    def settled(self) -> bool:
+        """True when this pod's answer changes no more. An unreachable agent may come back,
+        so it is only settled by the deadline."""
+        if self.capture is not None:
+            return self.capture.state in FINAL_STATES
+        return self.unknown_capture
+
+
+async def observe_pod(client: AgentClient, pod: str, ip: str, capture_id: str) -> PodObservation:
+    try:
+        return PodObservation(pod=pod, capture=await client.capture(pod, ip, capture_id))
+    except AgentError as exc:
+        if exc.status == 404:
+            return PodObservation(
+                pod=pod,
+                error=f"the agent in pod {pod} does not know the capture (never armed, or restarted)",
+                unknown_capture=True,
+            )
+        return PodObservation(pod=pod, error=str(exc))
+
+
+async def poll_captures(
+    client: AgentClient, pod_ips: Mapping[str, str | None], capture_id: str
+) -> dict[str, PodObservation]:
+    pods = sorted(pod_ips)
+    observed = await asyncio.gather(
+        *(observe_pod(client, pod, pod_ips[pod] or "", capture_id) for pod in pods)
+    )
+    return dict(zip(pods, observed, strict=True))
+
+
+def any_capturing(observations: Mapping[str, PodObservation]) -> bool:
+    return any(
+        o.capture is not None
+        and o.capture.state in (CaptureState.CAPTURING, CaptureState.UPLOADING)
+        for o in observations.values()
+    )

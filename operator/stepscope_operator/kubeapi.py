@@ -1,0 +1,206 @@
+"""The operator's Kubernetes reads and writes, as plain dicts (camelCase, as served).
+
+The kubernetes client is synchronous; every call runs in a worker thread so the
+kopf event loop keeps serving other sessions. The PyTorchJob's and TrainJob's
+own objects are only ever read: their training operators own them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from kubernetes.client.exceptions import ApiException
+
+from stepscope.api.meta import LabelSelector
+from stepscope.api.session import GROUP, VERSION
+from stepscope_operator.targets import TargetKind, label_selector_for
+
+SESSION_PLURAL = "profilesessions"
+SCHEDULE_PLURAL = "profileschedules"
+SESSION_KIND = "ProfileSession"
+COMPONENT = "stepscope-operator"
+
+# (group, version, plural, kind) of each job kind a session can target.
+JOB_RESOURCES = {
+    TargetKind.PYTORCH_JOB: ("kubeflow.org", "v1", "pytorchjobs", "PyTorchJob"),
+    TargetKind.TRAIN_JOB: ("trainer.kubeflow.org", "v1alpha1", "trainjobs", "TrainJob"),
+}
+
+
+def load_api_client() -> k8s.ApiClient:
+    """In-cluster credentials when running in a pod, else the kubeconfig (KUBECONFIG)."""
+    try:
+        k8s_config.load_incluster_config()
+    except k8s_config.ConfigException:
+        # The client reads KUBECONFIG once, at import; read it now so a caller's value counts.
+        k8s_config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))
+    return k8s.ApiClient()
+
+
+def selector_string(selector: LabelSelector) -> str:
+    """A LabelSelector in the query syntax the API server's list calls take."""
+    parts = [f"{key}={value}" for key, value in sorted(selector.match_labels.items())]
+    for req in selector.match_expressions:
+        if req.operator == "In":
+            parts.append(f"{req.key} in ({','.join(req.values)})")
+        elif req.operator == "NotIn":
+            parts.append(f"{req.key} notin ({','.join(req.values)})")
+        elif req.operator == "Exists":
+            parts.append(req.key)
+        else:
+            parts.append(f"!{req.key}")
+    return ",".join(parts)
+
+
+class KubeApi:
+    def __init__(self, api_client: k8s.ApiClient) -> None:
+        self._core = k8s.CoreV1Api(api_client)
+        self._custom = k8s.CustomObjectsApi(api_client)
+        self._instance = socket.gethostname()
+
+    async def get_job(self, kind: TargetKind, namespace: str, name: str) -> dict[str, Any] | None:
+        group, version, plural, _ = JOB_RESOURCES[kind]
+        try:
+            return await asyncio.to_thread(
+                self._custom.get_namespaced_custom_object, group, version, namespace, plural, name
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    async def list_pods(
+        self, namespace: str, kind: TargetKind, name_or_selector: str | LabelSelector
+    ) -> list[dict[str, Any]]:
+        if isinstance(name_or_selector, LabelSelector):
+            selector = selector_string(name_or_selector)
+        else:
+            selector = label_selector_for(kind, name_or_selector)
+
+        def call() -> list[dict[str, Any]]:
+            response = self._core.list_namespaced_pod(
+                namespace, label_selector=selector, _preload_content=False
+            )
+            return json.loads(response.data)["items"]
+
+        return await asyncio.to_thread(call)
+
+    async def list_sessions(
+        self, namespace: str | None, label_selector: str | None = None
+    ) -> list[dict[str, Any]]:
+        def call() -> list[dict[str, Any]]:
+            options = {"label_selector": label_selector} if label_selector else {}
+            if namespace:
+                answer = self._custom.list_namespaced_custom_object(
+                    GROUP, VERSION, namespace, SESSION_PLURAL, **options
+                )
+            else:
+                answer = self._custom.list_cluster_custom_object(
+                    GROUP, VERSION, SESSION_PLURAL, **options
+                )
+            return answer["items"]
+
+        return await asyncio.to_thread(call)
+
+    async def create_session(self, body: dict[str, Any]) -> bool:
+        """Create a session; False when one of that name exists already (a retried tick)."""
+        try:
+            await asyncio.to_thread(
+                self._custom.create_namespaced_custom_object,
+                GROUP,
+                VERSION,
+                body["metadata"]["namespace"],
+                SESSION_PLURAL,
+                body,
+            )
+        except ApiException as exc:
+            if exc.status == 409:
+                return False
+            raise
+        return True
+
+    async def delete_session(self, namespace: str, name: str) -> None:
+        try:
+            await asyncio.to_thread(
+                self._custom.delete_namespaced_custom_object,
+                GROUP,
+                VERSION,
+                namespace,
+                SESSION_PLURAL,
+                name,
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    async def patch_schedule_status(
+        self, namespace: str, name: str, status: dict[str, Any]
+    ) -> None:
+        await asyncio.to_thread(
+            self._custom.patch_namespaced_custom_object_status,
+            GROUP,
+            VERSION,
+            namespace,
+            SCHEDULE_PLURAL,
+            name,
+            {"status": status},
+        )
+
+    async def get_session(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return await asyncio.to_thread(
+                self._custom.get_namespaced_custom_object,
+                GROUP,
+                VERSION,
+                namespace,
+                SESSION_PLURAL,
+                name,
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    async def patch_session_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        """Merge-patch the status subresource (lists such as conditions are replaced whole)."""
+        await asyncio.to_thread(
+            self._custom.patch_namespaced_custom_object_status,
+            GROUP,
+            VERSION,
+            namespace,
+            SESSION_PLURAL,
+            name,
+            {"status": status},
+        )
+
+    async def post_event(self, body: dict[str, Any], type_: str, reason: str, message: str) -> None:
+        """A core/v1 Event on a session or schedule, so `kubectl describe` tells the story."""
+        meta = body["metadata"]
+        now = datetime.now(UTC).isoformat().replace("+00:00", "Z")
+        event = {
+            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+            "involvedObject": {
+                "apiVersion": f"{GROUP}/{VERSION}",
+                "kind": body.get("kind") or SESSION_KIND,
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": meta["uid"],
+            },
+            "type": type_,
+            "reason": reason,
+            "message": message,
+            "source": {"component": COMPONENT},
+            "reportingComponent": f"{GROUP}/operator",
+            "reportingInstance": self._instance,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        await asyncio.to_thread(self._core.create_namespaced_event, meta["namespace"], event)

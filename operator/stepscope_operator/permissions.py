@@ -1,0 +1,82 @@
+"""Every Kubernetes API permission the operator needs, with the reason, in one declared list.
+
+The chart's ``templates/rbac.yaml`` grants exactly these: ``tests/unit/chart`` fails when the
+chart misses one of them or grants one that is not listed here, and the integration tests ask
+the real API server (``kubectl auth can-i --as=<the chart's service account>``). Whoever adds an
+API call to the operator adds its permission here and to the chart in the same change.
+
+Scopes:
+
+* ``watched``: where ProfileSessions live; a ClusterRole when the operator watches every
+  namespace, a Role in the watched namespace otherwise.
+* ``cluster``: always a ClusterRole (cluster-scoped resources, or discovery kopf needs).
+
+The webhook needs nothing here: the chart owns its configuration and certificate.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, NamedTuple
+
+Scope = Literal["watched", "cluster"]
+
+
+class Permission(NamedTuple):
+    api_group: str
+    resource: str
+    verbs: tuple[str, ...]
+    scope: Scope
+    reason: str
+
+
+REQUIRED_PERMISSIONS: tuple[Permission, ...] = (
+    Permission(
+        "stepscope.dev", "profilesessions",
+        ("get", "list", "watch", "patch", "create", "delete"), "watched",
+        "kopf watches sessions and patches their finalizer and progress annotations; the "
+        "operator reads sessions to count the active ones and to resume after a restart; "
+        "schedules create sessions and delete the ones past their history limit.",
+    ),
+    Permission(
+        "stepscope.dev", "profilesessions/status", ("patch",), "watched",
+        "Session phase, window, ranks and summary are written to the status subresource.",
+    ),
+    Permission(
+        "stepscope.dev", "profileschedules", ("list", "watch", "patch"), "watched",
+        "kopf runs a timer per schedule: it watches schedules and patches its annotations.",
+    ),
+    Permission(
+        "stepscope.dev", "profileschedules/status", ("patch",), "watched",
+        "Last run, baseline and regression verdict go to the schedule's status.",
+    ),
+    Permission(
+        "", "pods", ("list",), "watched",
+        "Targets are resolved to pods by label selector, with their ranks, nodes and IPs.",
+    ),
+    Permission(
+        "kubeflow.org", "pytorchjobs", ("get",), "watched",
+        "A PyTorchJob target is checked to exist before its pods are looked up.",
+    ),
+    Permission(
+        "trainer.kubeflow.org", "trainjobs", ("get",), "watched",
+        "A TrainJob target is checked to exist before its pods are looked up.",
+    ),
+    Permission(
+        "", "events", ("create",), "watched",
+        "An Event at each phase change makes `kubectl describe` read as a story.",
+    ),
+    Permission(
+        "apiextensions.k8s.io", "customresourcedefinitions", ("list", "watch"), "cluster",
+        "kopf scans CRDs to notice when served resources change (without it, only at start).",
+    ),
+)
+
+
+def required_grants(scope: Scope | None = None) -> set[tuple[str, str, str]]:
+    """(api group, resource, verb) triples the operator needs, optionally of one scope."""
+    return {
+        (p.api_group, p.resource, verb)
+        for p in REQUIRED_PERMISSIONS
+        if scope is None or p.scope == scope
+        for verb in p.verbs
+    }

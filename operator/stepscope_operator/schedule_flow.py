@@ -1,0 +1,148 @@
+"""One reconciliation of a ProfileSchedule: prune history, judge newly finished sessions
+against the rolling baseline, create the session that is due, and write the status."""
+
+from __future__ import annotations
+
+import statistics
+from datetime import datetime
+from typing import Any
+
+from stepscope.api.schedule import (
+    MAX_ACTIVE_LISTED,
+    BaselineSummary,
+    ProfileScheduleSpec,
+    ProfileScheduleStatus,
+    RegressionRecord,
+    ScheduledRun,
+)
+from stepscope_operator.baselines import judge_session
+from stepscope_operator.comparing import noise_band_pct
+from stepscope_operator.context import OperatorContext
+from stepscope_operator.metrics import LAST_STEP_TIME_DELTA, REGRESSIONS
+from stepscope_operator.scheduling import (
+    SCHEDULE_LABEL,
+    ScheduleError,
+    baseline_medians,
+    latest_due_tick,
+    next_tick,
+    p50_of,
+    session_for_tick,
+    split_sessions,
+)
+from stepscope_operator.status import READY, set_condition
+
+
+def _parse_time(text: str | None) -> datetime | None:
+    return datetime.fromisoformat(text) if text else None
+
+
+async def reconcile_schedule(ctx: OperatorContext, body: dict[str, Any]) -> str:
+    """Returns a line for the log saying what happened."""
+    meta = body["metadata"]
+    namespace, name = meta["namespace"], meta["name"]
+    spec = ProfileScheduleSpec.model_validate(body["spec"])
+    status = ProfileScheduleStatus.model_validate(body.get("status") or {})
+    now = ctx.now()
+    sessions = await ctx.kube.list_sessions(namespace, f"{SCHEDULE_LABEL}={name}")
+    active, kept, expired = split_sessions(sessions, spec.history_limit)
+    for old in expired:
+        await ctx.kube.delete_session(namespace, old["metadata"]["name"])
+
+    judged = {run.session for run in status.history}
+    last_regression = status.last_regression
+    notes = []
+    # Oldest first, so each session is judged against the sessions that came before it.
+    for index in range(len(kept) - 1, -1, -1):
+        session = kept[index]
+        if session["metadata"]["name"] in judged:
+            continue
+        comparison = await judge_session(
+            ctx, session, kept[index + 1 :], spec.regression.threshold_pct, name
+        )
+        if comparison is not None:
+            LAST_STEP_TIME_DELTA.labels(namespace, name).set(comparison.delta_pct)
+        if comparison is not None and comparison.verdict == "regression":
+            REGRESSIONS.labels(namespace, name).inc()
+            session_name = session["metadata"]["name"]
+            last_regression = RegressionRecord(
+                session=session_name,
+                detected_time=now,
+                step_time_delta_pct=comparison.delta_pct,
+                p_value=comparison.p_value,
+            )
+            message = (
+                f"session {session_name}: median step time {comparison.delta_pct:+.1f}% against "
+                f"the rolling baseline (p={comparison.p_value:.2g}, noise band "
+                f"{comparison.noise_band_pct:.1f}%, threshold {spec.regression.threshold_pct}%)"
+            )
+            await ctx.kube.post_event(body, "Warning", "Regression", message)
+            await ctx.kube.post_event(session, "Warning", "Regression", message)
+            notes.append(message)
+
+    conditions = status.conditions
+    last_schedule = status.last_schedule_time
+    since = last_schedule or _parse_time(meta.get("creationTimestamp")) or now
+    try:
+        tick = None if spec.suspend or active else latest_due_tick(spec.schedule, since, now)
+        ready = (
+            "True",
+            "Scheduled",
+            f"next session at {next_tick(spec.schedule, now).isoformat()}",
+        )
+    except ScheduleError as exc:
+        tick, ready = None, ("False", "InvalidSchedule", str(exc))
+    if spec.suspend:
+        ready = ("False", "Suspended", "spec.suspend is true: no new sessions are created")
+    if tick is not None:
+        created = session_for_tick(body, spec, tick)
+        if await ctx.kube.create_session(created):
+            await ctx.kube.post_event(
+                body,
+                "Normal",
+                "SessionCreated",
+                f"created ProfileSession {created['metadata']['name']}",
+            )
+        active.append(created)
+        last_schedule = tick
+    conditions = set_condition(conditions, READY, *ready, meta.get("generation"), now)
+
+    medians = baseline_medians(kept)
+    successes = [s for s in kept if (s.get("status") or {}).get("phase") == "Succeeded"]
+    history = [
+        ScheduledRun(
+            session=s["metadata"]["name"],
+            phase=s["status"]["phase"],
+            finish_time=((s["status"].get("window") or {}).get("endTime")),
+            step_time_ms_p50=p50_of(s),
+        )
+        for s in kept
+    ]
+    new_status = status.model_copy(
+        update={
+            "observed_generation": meta.get("generation"),
+            "last_schedule_time": last_schedule,
+            "last_successful_time": max(
+                (
+                    run.finish_time
+                    for run in history
+                    if run.phase == "Succeeded" and run.finish_time
+                ),
+                default=status.last_successful_time,
+            ),
+            "active": [s["metadata"]["name"] for s in active][:MAX_ACTIVE_LISTED],
+            "history": history,
+            "baseline": BaselineSummary(
+                sessions=len(medians),
+                step_time_ms_p50=statistics.median(medians) if medians else None,
+                noise_band_pct=round(noise_band_pct(medians), 2) if medians else None,
+            ),
+            "last_regression": last_regression,
+            "conditions": conditions,
+        }
+    )
+    new_status = ProfileScheduleStatus.model_validate(new_status.model_dump())
+    await ctx.kube.patch_schedule_status(namespace, name, new_status.to_wire())
+    return (
+        f"{len(active)} active, {len(kept)} kept ({len(successes)} succeeded), "
+        f"{len(expired)} deleted" + (f"; {'; '.join(notes)}" if notes else "")
+    )

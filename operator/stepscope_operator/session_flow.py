@@ -1,0 +1,382 @@
+"""One ProfileSession from Pending to a final phase, resumable at every step.
+
+The phase in status says where to resume: Pending waits for its turn,
+Planning resolves, probes, plans and arms (reusing plan.json when it exists,
+so a restart never re-plans an armed window), Armed/Capturing follow the
+agents, Collecting/Analyzing judge, merge and publish. Every wait is bounded:
+by `timeoutSeconds` before arming, by the capture deadline after it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any
+
+from pydantic import ValidationError
+
+from stepscope.analysis.merge import MergeError
+from stepscope.api.session_status import RanksStatus, StatusWindow
+from stepscope_operator.arming import arm_pod, cancel_captures, capture_id_for
+from stepscope_operator.baselines import compare_with_baseline
+from stepscope_operator.collecting import gather_summaries, merge_job, publish_artifacts
+from stepscope_operator.context import (
+    OperatorContext,
+    SessionRecord,
+    SessionView,
+    StatusWriter,
+    load_record,
+    save_record,
+)
+from stepscope_operator.following import PodObservation, any_capturing, poll_captures
+from stepscope_operator.planning import PlanningError, plan_window
+from stepscope_operator.probing import probe_agents
+from stepscope_operator.queueing import active_sessions, blocking_session
+from stepscope_operator.settings import parse_duration
+from stepscope_operator.status import (
+    ANALYZED,
+    ARMED,
+    CAPTURED,
+    TARGET_RESOLVED,
+    final_phase,
+    is_final,
+    judge_ranks,
+    summary_from_job,
+    tally_ranks,
+)
+from stepscope_operator.targets import TargetError, TargetKind, group_by_pod, resolve_targets
+
+
+async def run_session(ctx: OperatorContext, body: dict[str, Any], stopped: Any) -> None:
+    """Drive the session until it reaches a final phase or the operator stops it."""
+    view = SessionView.from_body(body)
+    writer = StatusWriter(ctx, view)
+    if is_final(writer.phase):
+        return
+    if writer.phase == "Pending" and not await wait_for_turn(ctx, view, writer, stopped):
+        return
+    if writer.phase in ("Pending", "Planning"):
+        record = await plan_and_arm(ctx, view, writer, stopped)
+    else:
+        record = await asyncio.to_thread(load_record, ctx, view)
+        if record is None:
+            await writer.fail("PlanLost", "the session's plan.json is gone from S3; cannot resume")
+            return
+    if record is None:
+        return
+    if writer.phase in ("Armed", "Capturing"):
+        observations = await follow(ctx, view, record, writer, stopped)
+        if observations is None:
+            return
+    else:
+        observations = await observe(ctx, view, record)
+    await collect_and_analyze(ctx, view, writer, record, observations)
+
+
+async def wait_for_turn(
+    ctx: OperatorContext, view: SessionView, writer: StatusWriter, stopped: Any
+) -> bool:
+    """Check the target exists (fail fast when it does not) and wait while another session
+    profiles the same job or the concurrency cap is reached. False when the session ended."""
+    timeout = timedelta(seconds=view.spec.window.timeout_seconds)
+    waiting_for = None
+    while not stopped:
+        if view.target_kind != TargetKind.POD_SELECTOR:
+            job = await ctx.kube.get_job(view.target_kind, view.namespace, view.target_ref)
+            if job is None:
+                await writer.fail(
+                    "TargetNotFound",
+                    f"{view.target_text} does not exist in namespace {view.namespace}; create "
+                    "the job first or fix spec.target (and check its operator is installed)",
+                    TARGET_RESOLVED,
+                )
+                return False
+            finished = _finished_condition(job)
+            if finished:
+                await writer.fail(
+                    "TargetFinished",
+                    f"{view.target_text} already ended ({finished}); there is nothing left to profile",
+                    TARGET_RESOLVED,
+                )
+                return False
+        sessions = await ctx.kube.list_sessions(ctx.settings.watch_namespace)
+        blocker = blocking_session(view.body, sessions)
+        active = active_sessions(sessions, view.uid)
+        if blocker:
+            reason, message = (
+                "TargetBusy",
+                (
+                    f"waiting for ProfileSession {blocker}, which is already profiling "
+                    f"{view.target_text}; this session starts when it ends"
+                ),
+            )
+        elif len(active) >= ctx.settings.max_concurrent_sessions:
+            reason, message = (
+                "ConcurrencyLimit",
+                (
+                    f"{len(active)} sessions are active, the operator's limit "
+                    f"(STEPSCOPE_MAX_CONCURRENT_SESSIONS) is {ctx.settings.max_concurrent_sessions}"
+                ),
+            )
+        else:
+            return True
+        if ctx.now() > view.created + timeout:
+            await writer.fail(
+                "StartTimeout", f"gave up after spec.window.timeoutSeconds: {message}"
+            )
+            return False
+        if waiting_for != message or writer.status.phase is None:
+            await writer.enter("Pending", reason, message)
+            waiting_for = message
+        await stopped.wait(ctx.settings.poll_interval_seconds)
+    return False
+
+
+def _finished_condition(job: dict[str, Any]) -> str | None:
+    for condition in (job.get("status") or {}).get("conditions") or []:
+        if (
+            condition.get("type") in ("Succeeded", "Failed", "Complete")
+            and condition.get("status") == "True"
+        ):
+            return condition["type"]
+    return None
+
+
+async def plan_and_arm(
+    ctx: OperatorContext, view: SessionView, writer: StatusWriter, stopped: Any
+) -> SessionRecord | None:
+    record = await asyncio.to_thread(load_record, ctx, view)
+    if record is None:
+        record = await make_plan(ctx, view, writer, stopped)
+        if record is None:
+            return None
+        await asyncio.to_thread(save_record, ctx, view, record)
+    await writer.enter(
+        "Planning",
+        "Arming",
+        f"arming {len(group_by_pod(record.targets))} agent(s) for steps "
+        f"{record.plan.start_step}-{record.plan.end_step}",
+        window=StatusWindow(start_step=record.plan.start_step, end_step=record.plan.end_step),
+        ranks=RanksStatus(expected=len(record.targets)),
+    )
+    now = ctx.now()
+    pods = {
+        pod: ts for pod, ts in group_by_pod(record.targets).items() if pod not in record.unreachable
+    }
+    results = await asyncio.gather(
+        *(
+            arm_pod(
+                ctx.agents(view.namespace),
+                ctx.buckets,
+                ctx.settings,
+                view.prefix(ctx.settings),
+                record.capture_id,
+                record.plan,
+                view.spec.granularity,
+                record.capture_deadline,
+                now,
+                pod_targets,
+            )
+            for pod_targets in pods.values()
+        ),
+        return_exceptions=True,
+    )
+    for pod, result in zip(pods, results, strict=True):
+        if isinstance(result, Exception):
+            record.unreachable[pod] = f"arming failed: {result}"
+    await asyncio.to_thread(save_record, ctx, view, record)
+    armed = len(pods) - sum(isinstance(r, Exception) for r in results)
+    if armed == 0:
+        problems = "; ".join(f"{pod}: {why}" for pod, why in sorted(record.unreachable.items()))
+        await writer.fail("NoAgentArmed", f"no agent could be armed ({problems})", ARMED)
+        return None
+    lost = sorted(record.unreachable)
+    message = (
+        f"armed {armed} agent(s) for steps {record.plan.start_step}-{record.plan.end_step}, "
+        f"about {(record.plan.expected_start - ctx.now()).total_seconds():.0f}s from now"
+        + (f"; unreachable pod(s): {', '.join(lost)}" if lost else "")
+    )
+    await writer.enter(
+        "Armed", "AgentsArmed", message, conditions=((ARMED, "True", "AgentsArmed", message),)
+    )
+    return record
+
+
+async def make_plan(
+    ctx: OperatorContext, view: SessionView, writer: StatusWriter, stopped: Any
+) -> SessionRecord | None:
+    """Resolve the target's ranks, probe their agents and plan the window; retry while the
+    trainers have not started stepping, until timeoutSeconds after creation."""
+    timeout = timedelta(seconds=view.spec.window.timeout_seconds)
+    await writer.enter("Planning")
+    last_wait = last_written = None
+    while not stopped:
+        try:
+            pods = await ctx.kube.list_pods(view.namespace, view.target_kind, view.target_ref)
+            targets = resolve_targets(view.target_kind, view.spec.target.ranks, pods)
+        except TargetError as exc:
+            # A job whose pods are not created yet is worth waiting for; bad input is not.
+            if "no running or pending pods" not in str(exc):
+                await writer.fail("TargetInvalid", str(exc), TARGET_RESOLVED)
+                return None
+            last_wait = ("WaitingForPods", str(exc))
+        else:
+            if len(targets) > ctx.settings.max_ranks_per_session:
+                await writer.fail(
+                    "TooManyRanks",
+                    f"{view.target_text} has {len(targets)} ranks, more than the operator's "
+                    f"limit of {ctx.settings.max_ranks_per_session} (STEPSCOPE_MAX_RANKS_PER_SESSION)",
+                    TARGET_RESOLVED,
+                )
+                return None
+            pod_ips = {t.pod: t.pod_ip for t in targets}
+            probes = await probe_agents(ctx.agents(view.namespace), pod_ips)
+            now = ctx.now()
+            try:
+                plan = plan_window(
+                    probes.values(),
+                    view.spec.window,
+                    now,
+                    ctx.settings.plan_margin_seconds,
+                    deadline=now + timeout,
+                )
+            except PlanningError as exc:
+                if not exc.retry:
+                    await writer.fail(exc.reason, str(exc))
+                    return None
+                last_wait = (exc.reason, str(exc))
+            else:
+                return SessionRecord(
+                    capture_id=capture_id_for(view.name, view.uid),
+                    plan=plan,
+                    targets=targets,
+                    capture_deadline=now + timeout,
+                    unreachable={
+                        pod: p.error or "unreachable" for pod, p in probes.items() if not p.ok
+                    },
+                )
+        if ctx.now() > view.created + timeout:
+            await writer.fail(
+                last_wait[0], f"gave up after spec.window.timeoutSeconds: {last_wait[1]}"
+            )
+            return None
+        if last_wait != last_written:
+            await writer.enter("Planning", *last_wait)
+            last_written = last_wait
+        await stopped.wait(ctx.settings.poll_interval_seconds)
+    return None
+
+
+async def observe(
+    ctx: OperatorContext, view: SessionView, record: SessionRecord
+) -> dict[str, PodObservation]:
+    """Every pod's capture state; pods that were never armed say why."""
+    armed = {pod: ip for pod, ip in record.pod_ips.items() if pod not in record.unreachable}
+    observations = await poll_captures(ctx.agents(view.namespace), armed, record.capture_id)
+    for pod, why in record.unreachable.items():
+        observations[pod] = PodObservation(pod=pod, error=why, unknown_capture=True)
+    return observations
+
+
+async def follow(
+    ctx: OperatorContext,
+    view: SessionView,
+    record: SessionRecord,
+    writer: StatusWriter,
+    stopped: Any,
+) -> dict[str, PodObservation] | None:
+    """Poll until every pod settled, or the capture deadline (plus a grace for the agents'
+    own deadline handling) passed; then cancel what is still running."""
+    grace = timedelta(seconds=min(ctx.settings.collect_reserve_seconds / 2, 15.0))
+    while not stopped:
+        observations = await observe(ctx, view, record)
+        if writer.phase == "Armed" and any_capturing(observations):
+            await writer.enter(
+                "Capturing",
+                "WindowReached",
+                f"ranks reached step {record.plan.start_step} and are capturing",
+                window=writer.status.window.model_copy(update={"start_time": ctx.now()}),
+            )
+        if all(o.settled for o in observations.values()):
+            return observations
+        if ctx.now() > record.capture_deadline + grace:
+            late = {pod: None for pod, o in observations.items() if not o.settled}
+            await cancel_captures(
+                ctx.agents(view.namespace), {p: record.pod_ips[p] for p in late}, record.capture_id
+            )
+            return observations
+        await stopped.wait(ctx.settings.poll_interval_seconds)
+    return None
+
+
+async def collect_and_analyze(
+    ctx: OperatorContext,
+    view: SessionView,
+    writer: StatusWriter,
+    record: SessionRecord,
+    observations: dict[str, PodObservation],
+) -> None:
+    outcomes = judge_ranks(
+        record.targets, observations, record.plan.start_step, record.plan.end_step
+    )
+    ranks = tally_ranks(outcomes)
+    window = (writer.status.window or StatusWindow()).model_copy(update={"end_time": ctx.now()})
+    await writer.enter("Collecting", ranks=ranks, window=window)
+    phase, reason, message = final_phase(ranks)
+    captured = ((CAPTURED, "True" if ranks.captured else "False", reason, message),)
+    prefix = view.prefix(ctx.settings)
+    if phase == "Failed":
+        await asyncio.to_thread(ctx.buckets.abort_incomplete_uploads, prefix)
+        await writer.enter(phase, reason, message, conditions=captured)
+        return
+    await writer.enter(
+        "Analyzing", "Merging", f"merging {ranks.captured + ranks.misaligned} rank summaries"
+    )
+    summaries, notes = await asyncio.to_thread(gather_summaries, ctx.buckets, prefix, outcomes)
+    retention = parse_duration(view.spec.artifacts.retention or ctx.settings.default_retention)
+    try:
+        job = merge_job(summaries, record.targets)
+        artifacts = await asyncio.to_thread(
+            publish_artifacts, ctx.buckets, prefix, job, ctx.now(), retention
+        )
+    except (MergeError, ValidationError) as exc:
+        why = f"analysis failed: {exc}" + (f" ({'; '.join(notes)})" if notes else "")
+        await asyncio.to_thread(ctx.buckets.abort_incomplete_uploads, prefix)
+        await writer.enter(
+            "Failed",
+            "AnalysisFailed",
+            why,
+            conditions=captured + ((ANALYZED, "False", "AnalysisFailed", why),),
+        )
+        return
+    await asyncio.to_thread(ctx.buckets.abort_incomplete_uploads, prefix)
+    summary = summary_from_job(job, record.plan.step_time_ms)
+    comparison = await compare_with_baseline(ctx, view, job)
+    analyzed = f"bottleneck {summary.bottleneck}, median step {summary.step_time}"
+    if summary.straggler is not None:
+        analyzed += f", straggler rank {summary.straggler.rank} (pod {summary.straggler.pod})"
+    await writer.enter(
+        phase,
+        reason,
+        f"{message}; {analyzed}" + (f"; notes: {'; '.join(notes)}" if notes else ""),
+        conditions=captured + ((ANALYZED, "True", "Analyzed", analyzed),),
+        summary=summary,
+        artifacts=artifacts,
+        **({"baseline_comparison": comparison} if comparison else {}),
+    )
+
+
+async def cleanup_session(ctx: OperatorContext, body: dict[str, Any], retain: bool) -> str:
+    """On delete: cancel armed captures, then delete the session's S3 artifacts unless
+    retained. Returns what was done, for the log."""
+    view = SessionView.from_body(body)
+    record = await asyncio.to_thread(load_record, ctx, view)
+    cancelled = {}
+    if record is not None and not is_final(view.status.phase):
+        cancelled = await cancel_captures(
+            ctx.agents(view.namespace), record.pod_ips, record.capture_id
+        )
+    if retain:
+        return f"cancelled {len(cancelled)} capture(s); artifacts retained"
+    deleted = await asyncio.to_thread(ctx.buckets.delete_prefix, view.prefix(ctx.settings))
+    return f"cancelled {len(cancelled)} capture(s); deleted {deleted} object(s)"

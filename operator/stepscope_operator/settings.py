@@ -1,0 +1,260 @@
+"""The operator's settings: one typed home, read from the environment or a mounted file.
+
+Every setting is a field below with its unit, default and the reason for the
+default. The environment variable that sets it is a constant in `ENV`, so a
+grep for the variable name lands here. A mounted YAML file (path in
+`STEPSCOPE_OPERATOR_CONFIG`) may hold the same fields by their Python names;
+environment variables win over the file, so a chart can ship a file and a user
+can still override one value with `--set env`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+
+from stepscope.api import agent as agent_wire
+
+CONFIG_FILE_ENV = "STEPSCOPE_OPERATOR_CONFIG"
+
+# Field name -> environment variable. One line per setting; docs/operator-settings.md
+# lists the same table for users.
+ENV: dict[str, str] = {
+    "watch_namespace": "STEPSCOPE_WATCH_NAMESPACE",
+    "s3_endpoint": "STEPSCOPE_S3_ENDPOINT",
+    "s3_agent_endpoint": "STEPSCOPE_S3_AGENT_ENDPOINT",
+    "s3_region": "STEPSCOPE_S3_REGION",
+    "s3_bucket": "STEPSCOPE_S3_BUCKET",
+    "s3_prefix": "STEPSCOPE_S3_PREFIX",
+    "s3_access_key_id": "AWS_ACCESS_KEY_ID",
+    "s3_secret_access_key": "AWS_SECRET_ACCESS_KEY",
+    "default_retention": "STEPSCOPE_DEFAULT_RETENTION",
+    # The same names the agent reads (stepscope.api.agent). The operator's token is the
+    # master token; each namespace's agents accept a token derived from it (agent_token.py).
+    "agent_port": agent_wire.PORT_ENV,
+    "agent_token": agent_wire.TOKEN_ENV,
+    "agent_token_file": agent_wire.TOKEN_FILE_ENV,
+    "probe_timeout_seconds": "STEPSCOPE_PROBE_TIMEOUT_SECONDS",
+    "plan_margin_seconds": "STEPSCOPE_PLAN_MARGIN_SECONDS",
+    "grant_margin_seconds": "STEPSCOPE_GRANT_MARGIN_SECONDS",
+    "collect_reserve_seconds": "STEPSCOPE_COLLECT_RESERVE_SECONDS",
+    "poll_interval_seconds": "STEPSCOPE_POLL_INTERVAL_SECONDS",
+    "multipart_part_bytes": "STEPSCOPE_MULTIPART_PART_BYTES",
+    "max_ranks_per_session": "STEPSCOPE_MAX_RANKS_PER_SESSION",
+    "max_bytes_per_rank": "STEPSCOPE_MAX_BYTES_PER_RANK",
+    "max_concurrent_sessions": "STEPSCOPE_MAX_CONCURRENT_SESSIONS",
+    "metrics_port": "STEPSCOPE_METRICS_PORT",
+}
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(d|h|m|s)")
+_DURATION_UNIT_SECONDS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+
+
+def parse_duration(text: str | float | timedelta) -> timedelta:
+    """Parse '168h', '1h30m', '7d', '45s' (or plain seconds) into a timedelta."""
+    if isinstance(text, timedelta):
+        return text
+    if isinstance(text, int | float):
+        return timedelta(seconds=text)
+    compact = text.strip().replace(" ", "")
+    if compact.isdigit():
+        return timedelta(seconds=int(compact))
+    parts = _DURATION_PART.findall(compact)
+    if not parts or "".join(n + u for n, u in parts) != compact:
+        raise ValueError(f"{text!r} is not a duration; write it like 168h, 90m, 7d or 1h30m")
+    return timedelta(seconds=sum(float(n) * _DURATION_UNIT_SECONDS[u] for n, u in parts))
+
+
+class OperatorSettings(BaseModel):
+    """Operator configuration. Immutable once loaded; pass it, do not re-read the environment."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    watch_namespace: str | None = Field(
+        None,
+        description="Namespace to watch; unset means every namespace (cluster-wide). "
+        "A namespaced install needs only a Role, not a ClusterRole.",
+    )
+    s3_endpoint: str | None = Field(
+        None,
+        description="S3 endpoint URL the operator talks to; unset means AWS S3 itself.",
+    )
+    s3_agent_endpoint: str | None = Field(
+        None,
+        description="S3 endpoint URL that presigned upload URLs point at, as seen from "
+        "training pods; unset means the same as s3_endpoint. Differs when the operator "
+        "reaches S3 by a cluster-internal name that pods cannot (or vice versa).",
+    )
+    s3_region: str = Field(
+        "us-east-1",
+        description="Region used for SigV4 signing; most S3-compatible servers accept us-east-1.",
+    )
+    s3_bucket: str = Field(
+        "stepscope", description="Bucket that holds every session's artifacts; must exist."
+    )
+    s3_prefix: str = Field(
+        "stepscope",
+        description="Key prefix under the bucket, so stepscope can share a bucket with others.",
+    )
+    s3_access_key_id: SecretStr | None = Field(
+        None,
+        description="S3 access key. The chart maps it from the credentials Secret by reference "
+        "(secretKeyRef), so the operator needs no RBAC on Secrets. Unset means boto3's own "
+        "chain (IRSA, instance role).",
+    )
+    s3_secret_access_key: SecretStr | None = Field(
+        None, description="S3 secret key, from the same Secret as the access key."
+    )
+    default_retention: timedelta = Field(
+        timedelta(hours=168),
+        description="How long artifacts are kept when a session does not say (duration, "
+        "e.g. 168h). One week covers a regression investigation without growing the bucket.",
+    )
+    agent_port: int = Field(
+        agent_wire.DEFAULT_PORT,
+        ge=1,
+        le=65535,
+        description="TCP port of the agent sidecar in each training pod.",
+    )
+    agent_token: SecretStr | None = Field(
+        None,
+        description="The operator's master token for agent requests. Each namespace's agents accept only a "
+        "token derived from it (HMAC per namespace), so a pod's env never yields a token for "
+        "another namespace. Prefer agent_token_file (a mounted Secret).",
+    )
+    agent_token_file: Path | None = Field(
+        None, description="File holding the agent bearer token (read when agent_token is unset)."
+    )
+    probe_timeout_seconds: float = Field(
+        5.0,
+        gt=0,
+        description="Seconds to wait for one agent status probe. An agent slower than this is "
+        "reported unreachable rather than holding up the whole job's plan.",
+    )
+    plan_margin_seconds: float = Field(
+        2.0,
+        ge=0,
+        description="Extra seconds added to the lead time when planning the start step, to "
+        "absorb step-time jitter between the probe and the arm request.",
+    )
+    grant_margin_seconds: float = Field(
+        600.0,
+        ge=0,
+        description="Seconds an upload grant outlives the capture deadline, so an upload that "
+        "starts just before the deadline can still finish.",
+    )
+    collect_reserve_seconds: float = Field(
+        30.0,
+        ge=0,
+        description="Seconds after the capture deadline kept for collecting, analysing and retrying before a "
+        "session that keeps failing is ended as Failed; half of it (at most 15 s) is the grace "
+        "the agents get to report their own deadline handling.",
+    )
+    poll_interval_seconds: float = Field(
+        2.0, gt=0, description="Seconds between capture-progress polls of the agents."
+    )
+    multipart_part_bytes: int = Field(
+        16 * 1024 * 1024,
+        ge=5 * 1024 * 1024,
+        description="Bytes per multipart part of a trace upload (S3 requires >= 5 MiB). "
+        "Smaller parts mean more presigned URLs in each arm request.",
+    )
+    max_ranks_per_session: int = Field(
+        1024,
+        ge=1,
+        description="Most ranks one session may target; a bigger job ends the session with reason "
+        "TooManyRanks (raise the limit, or target fewer pods with a podSelector).",
+    )
+    max_bytes_per_rank: int = Field(
+        1024 * 1024 * 1024,
+        ge=1024 * 1024,
+        description="Upload budget per rank in bytes (1 GiB): a runaway `full` capture stops "
+        "at this size instead of filling the bucket.",
+    )
+    max_concurrent_sessions: int = Field(
+        16,
+        ge=1,
+        description="Sessions that may be active at once across the watched namespaces; "
+        "further sessions wait in Pending (each still bound by its timeout).",
+    )
+
+    metrics_port: int | None = Field(
+        None,
+        ge=1,
+        le=65535,
+        description="Port of the Prometheus /metrics endpoint (sessions by final phase, "
+        "regressions per schedule); unset serves none.",
+    )
+
+    @field_validator("default_retention", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> timedelta:
+        return parse_duration(value)
+
+    @field_validator("watch_namespace", "s3_endpoint", "s3_agent_endpoint", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: Any) -> Any:
+        return None if value == "" else value
+
+    def resolved_agent_token(self) -> str:
+        """The agent token, from the setting or its file; a clear error when neither is set."""
+        if self.agent_token is not None:
+            return self.agent_token.get_secret_value()
+        if self.agent_token_file is not None:
+            try:
+                token = self.agent_token_file.read_text().strip()
+            except OSError as exc:
+                raise SettingsError(
+                    f"{ENV['agent_token_file']}={self.agent_token_file} cannot be read ({exc}); "
+                    "mount the agent token Secret there or set it to the right path"
+                ) from exc
+            if token:
+                return token
+        raise SettingsError(
+            f"no agent token: set {ENV['agent_token_file']} (a mounted Secret) or "
+            f"{ENV['agent_token']}; agents refuse requests without it"
+        )
+
+    @property
+    def agent_s3_endpoint(self) -> str | None:
+        return self.s3_agent_endpoint or self.s3_endpoint
+
+
+class SettingsError(ValueError):
+    """A setting is missing or invalid; the message names the variable and the fix."""
+
+
+def load_settings(
+    environ: Mapping[str, str] | None = None, config_file: Path | None = None
+) -> OperatorSettings:
+    """Read settings from a YAML file (optional) overlaid with environment variables."""
+    environ = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    path = config_file or (Path(environ[CONFIG_FILE_ENV]) if environ.get(CONFIG_FILE_ENV) else None)
+    if path is not None:
+        try:
+            loaded = yaml.safe_load(path.read_text()) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            raise SettingsError(f"{CONFIG_FILE_ENV}={path} cannot be read: {exc}") from exc
+        if not isinstance(loaded, dict):
+            raise SettingsError(f"{path} must hold a mapping of setting names to values")
+        values.update(loaded)
+    for field, variable in ENV.items():
+        if variable in environ:
+            values[field] = environ[variable]
+    try:
+        return OperatorSettings.model_validate(values)
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors():
+            field = str(error["loc"][0]) if error["loc"] else "?"
+            source = ENV.get(field, field)
+            problems.append(f"{source}: {error['msg']}")
+        raise SettingsError("invalid operator settings: " + "; ".join(problems)) from exc

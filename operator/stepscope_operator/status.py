@@ -1,0 +1,314 @@
+"""Derive a ProfileSession's status from what the operator observed. Pure: no I/O.
+
+The handlers decide *when* to write; these functions decide *what*: the rank
+accounting, the final phase, the analysed summary in the API's shape, the
+conditions (meta/v1 style, with observedGeneration) and the Event that tells
+each phase change in `kubectl describe`.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel
+
+from stepscope.analysis.job_model import JobSummary
+from stepscope.api.agent import CaptureState, RankCaptureStatus
+from stepscope.api.meta import CONDITION_MESSAGE_MAX_LENGTH, Condition
+from stepscope.api.session_status import (
+    FINDING_TEXT_MAX_LENGTH,
+    MAX_FINDINGS,
+    TERMINAL_PHASES,
+    Breakdown,
+    Finding,
+    RankFailure,
+    RankRef,
+    RanksStatus,
+    StepTime,
+    Straggler,
+    Summary,
+)
+from stepscope_operator.following import PodObservation
+from stepscope_operator.targets import RankTarget
+
+# Condition types. Ready is the one to wait on: True once the session ended with a result.
+READY = "Ready"
+TARGET_RESOLVED = "TargetResolved"
+ARMED = "Armed"
+CAPTURED = "Captured"
+ANALYZED = "Analyzed"
+
+# Every phase but the final ones reads as "in progress" on the Ready condition.
+_PROGRESS_MESSAGES = {
+    "Pending": "waiting to start",
+    "Planning": "resolving the target, probing the agents and planning the window",
+    "Armed": "agents armed; waiting for the ranks to reach the start step",
+    "Capturing": "ranks are capturing the window",
+    "Collecting": "collecting per-rank results",
+    "Analyzing": "merging ranks and writing the report",
+}
+
+# The analysis names categories after Breakdown fields; the API uses words for people.
+_BOTTLENECKS = {
+    "compute": "compute",
+    "comm_exposed": "communication",
+    "data_loading": "data-loading",
+    "host_overhead": "host-overhead",
+    "idle": "idle",
+}
+
+
+class RankOutcome(BaseModel):
+    """How one rank's capture ended, as the operator judges it."""
+
+    rank: int
+    pod: str
+    verdict: str  # captured | misaligned | failed | missing
+    reason: str | None = None
+    summary: dict[str, Any] | None = None
+    first_step: int | None = None
+    last_step: int | None = None
+
+
+def judge_ranks(
+    targets: Iterable[RankTarget],
+    observations: Mapping[str, PodObservation],
+    start_step: int,
+    end_step: int,
+) -> list[RankOutcome]:
+    """One outcome per expected rank: captured exactly the window, misaligned (a different
+    step range), failed (the agent says so, or it was still busy at the deadline) or
+    missing (no answer about it at all)."""
+    outcomes = []
+    for target in sorted(targets, key=lambda t: t.rank):
+        observed = observations.get(target.pod)
+        rank_status = _rank_status(observed, target.rank)
+        if rank_status is None:
+            reason = (
+                observed.error
+                if observed and observed.error
+                else (f"the agent in pod {target.pod} reported nothing for rank {target.rank}")
+            )
+            outcomes.append(
+                RankOutcome(rank=target.rank, pod=target.pod, verdict="missing", reason=reason)
+            )
+            continue
+        common = {
+            "rank": target.rank,
+            "pod": target.pod,
+            "summary": rank_status.summary,
+            "first_step": rank_status.first_step,
+            "last_step": rank_status.last_step,
+        }
+        if rank_status.state == CaptureState.DONE:
+            if (rank_status.first_step, rank_status.last_step) == (start_step, end_step):
+                outcomes.append(RankOutcome(verdict="captured", **common))
+            else:
+                outcomes.append(
+                    RankOutcome(
+                        verdict="misaligned",
+                        reason=f"captured steps {rank_status.first_step}-{rank_status.last_step}, "
+                        f"not {start_step}-{end_step}",
+                        **common,
+                    )
+                )
+        elif rank_status.state in (
+            CaptureState.FAILED,
+            CaptureState.CANCELLED,
+            CaptureState.NOT_REACHED,
+        ):
+            reason = rank_status.reason or observed.capture.reason or rank_status.state.value
+            outcomes.append(
+                RankOutcome(
+                    verdict="failed", reason=f"{rank_status.state.value}: {reason}", **common
+                )
+            )
+        else:
+            outcomes.append(
+                RankOutcome(
+                    verdict="failed",
+                    reason=f"still {rank_status.state.value} at the deadline",
+                    **common,
+                )
+            )
+    return outcomes
+
+
+def _rank_status(observed: PodObservation | None, rank: int) -> RankCaptureStatus | None:
+    if observed is None or observed.capture is None:
+        return None
+    return next((r for r in observed.capture.ranks if r.rank == rank), None)
+
+
+def tally_ranks(outcomes: list[RankOutcome]) -> RanksStatus:
+    return RanksStatus.tally(
+        expected=len(outcomes),
+        captured=sum(o.verdict == "captured" for o in outcomes),
+        misaligned=sum(o.verdict == "misaligned" for o in outcomes),
+        missing=[RankRef(rank=o.rank, pod=o.pod) for o in outcomes if o.verdict == "missing"],
+        failed=[
+            RankFailure(rank=o.rank, pod=o.pod, reason=_clip(o.reason or "failed", 256))
+            for o in outcomes
+            if o.verdict == "failed"
+        ],
+    )
+
+
+def final_phase(ranks: RanksStatus) -> tuple[str, str, str]:
+    """(phase, reason, message) once every rank is judged."""
+    if ranks.expected and ranks.captured == ranks.expected:
+        return "Succeeded", "AllRanksCaptured", f"all {ranks.expected} ranks captured the window"
+    problems = describe_rank_problems(ranks)
+    if ranks.captured:
+        return (
+            "PartiallySucceeded",
+            "SomeRanksMissing",
+            f"{ranks.captured} of {ranks.expected} ranks captured the window; {problems}",
+        )
+    return "Failed", "NoRankCaptured", f"no rank captured the window; {problems}"
+
+
+def describe_rank_problems(ranks: RanksStatus) -> str:
+    parts = []
+    if ranks.missing_count:
+        named = ", ".join(f"rank {r.rank} (pod {r.pod})" for r in ranks.missing)
+        more = (
+            ""
+            if ranks.missing_count == len(ranks.missing)
+            else f" and {ranks.missing_count - len(ranks.missing)} more"
+        )
+        parts.append(f"missing: {named}{more}")
+    if ranks.failed_count:
+        named = ", ".join(f"rank {r.rank} (pod {r.pod}): {r.reason}" for r in ranks.failed)
+        more = (
+            ""
+            if ranks.failed_count == len(ranks.failed)
+            else f" and {ranks.failed_count - len(ranks.failed)} more"
+        )
+        parts.append(f"failed: {named}{more}")
+    if ranks.misaligned:
+        parts.append(f"{ranks.misaligned} misaligned (captured other steps)")
+    return "; ".join(parts) or "no rank reported"
+
+
+def summary_from_job(job: JobSummary, unprofiled_step_ms: float | None = None) -> Summary:
+    """The analysed job in the status's small shape; the report holds the rest.
+
+    `unprofiled_step_ms` is the agents' recent median step time before the window (from the
+    planning probe); the profiler's overhead is how much slower the captured steps ran.
+    """
+    durations = [
+        step.duration_ms
+        for rank in job.ranks
+        for step in rank.steps
+        if not job.common_steps or step.step in job.common_steps
+    ]
+    step_time = None
+    if durations:
+        step_time = StepTime(
+            p50=round(statistics.median(durations), 3), p95=round(_p95(durations), 3)
+        )
+    mean = job.mean_breakdown
+    breakdown = None
+    if mean.total_ms > 0:
+        breakdown = Breakdown(
+            compute=_pct(mean.percent("compute_ms")),
+            exposed_communication=_pct(mean.percent("comm_exposed_ms")),
+            data_loading=_pct(mean.percent("data_loading_ms")),
+            host_overhead=_pct(mean.percent("host_overhead_ms")),
+            idle=_pct(mean.percent("idle_ms")),
+        )
+    overlap = None
+    if mean.comm_ms > 0:
+        overlap = _pct(100.0 * mean.comm_overlapped_ms / mean.comm_ms)
+    straggler = None
+    if job.straggler is not None:
+        placed = job.placement.get(job.straggler.rank)
+        straggler = Straggler(
+            rank=job.straggler.rank,
+            pod=placed.pod if placed else None,
+            node=job.straggler.node or (placed.node if placed else None),
+            excess_ms=max(0.0, round(job.straggler.excess_ms, 3)),
+        )
+    findings = [
+        Finding(
+            id=f.id,
+            severity=f.severity.value,
+            evidence=_clip(f.evidence.text, FINDING_TEXT_MAX_LENGTH),
+            recommendation=_clip(f.recommendation, FINDING_TEXT_MAX_LENGTH),
+            confidence=f.confidence,
+        )
+        for f in sorted(job.findings, key=lambda f: (-f.impact_pct, -f.severity.order))[
+            :MAX_FINDINGS
+        ]
+    ]
+    overhead = None
+    if step_time is not None and unprofiled_step_ms:
+        overhead = _pct(100.0 * (step_time.p50 / unprofiled_step_ms - 1.0))
+    return Summary(
+        step_time_ms=step_time,
+        profiler_overhead_pct=overhead,
+        breakdown=breakdown,
+        overlap=overlap,
+        straggler=straggler,
+        bottleneck=_BOTTLENECKS.get(job.bottleneck, "compute"),
+        findings=findings,
+    )
+
+
+def set_condition(
+    conditions: list[Condition],
+    type_: str,
+    status: str,
+    reason: str,
+    message: str,
+    generation: int | None,
+    now: datetime,
+) -> list[Condition]:
+    """Conditions with `type_` set; lastTransitionTime moves only when the status flips."""
+    previous = next((c for c in conditions if c.type == type_), None)
+    changed_at = previous.last_transition_time if previous and previous.status == status else now
+    updated = Condition(
+        type=type_,
+        status=status,
+        reason=reason,
+        message=_clip(message, CONDITION_MESSAGE_MAX_LENGTH),
+        observed_generation=generation,
+        last_transition_time=changed_at,
+    )
+    return [c for c in conditions if c.type != type_] + [updated]
+
+
+def ready_condition(phase: str, reason: str | None, message: str | None) -> tuple[str, str, str]:
+    """(status, reason, message) of Ready for a phase."""
+    if phase in ("Succeeded", "PartiallySucceeded"):
+        return "True", reason or phase, message or phase
+    if phase == "Failed":
+        return "False", reason or "Failed", message or "the session failed"
+    return "False", reason or phase, message or _PROGRESS_MESSAGES.get(phase, phase)
+
+
+def phase_event(phase: str, message: str) -> tuple[str, str, str]:
+    """(event type, reason, message) for entering `phase`: Warning when it ends badly."""
+    kind = "Warning" if phase in ("Failed", "PartiallySucceeded") else "Normal"
+    return kind, phase, _clip(message, 1024)
+
+
+def is_final(phase: str | None) -> bool:
+    return phase in TERMINAL_PHASES
+
+
+def _p95(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(0.95 * (len(ordered) - 1))))]
+
+
+def _pct(value: float) -> float:
+    return round(min(100.0, max(0.0, value)), 2)
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"

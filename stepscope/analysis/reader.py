@@ -1,0 +1,253 @@
+"""Stream a Kineto Chrome-trace file once, in memory bounded by the chunk size.
+
+``ijson`` (its C backend where installed) builds one event object at a time
+from ``traceEvents``; everything else at the top level (``distributedInfo``,
+``deviceProperties``, job metadata) is small and is recovered afterwards from
+the first and last megabyte of the text, so it may sit before or after
+``traceEvents``. ``.json`` and ``.json.gz`` are both read; gzip is detected by
+its magic bytes, not the name.
+
+Errors are ``TraceReadError`` and name the file and the uncompressed byte
+position reading had reached (the fault lies in the last chunk read, at most
+``CHUNK_BYTES`` before it). ``truncated`` tells a file cut short (a copy
+still being written, a killed upload) from one that is corrupt.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import zlib
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from io import BytesIO
+from pathlib import Path
+from typing import BinaryIO
+
+import ijson
+
+from stepscope.analysis.classify import classify_event
+from stepscope.analysis.events import TraceEvent
+
+# ijson picks its fastest installed backend; the C one (yajl2_c) is several
+# times faster than the others, and summaries say when it is missing.
+IJSON_BACKEND: str = ijson.backend
+CHUNK_BYTES = 64 * 1024
+HEAD_BYTES = 1024 * 1024
+TAIL_BYTES = 1024 * 1024
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+class TraceReadError(Exception):
+    """The trace could not be read to its end."""
+
+    def __init__(self, path: Path | str, position: int, reason: str, *, truncated: bool):
+        self.path = str(path)
+        self.position = position
+        self.reason = reason
+        self.truncated = truncated
+        what = "truncated" if truncated else "unreadable"
+        where = f"before uncompressed byte {position}" if position else "at its start"
+        super().__init__(f"trace {self.path} is {what} {where}: {reason}")
+
+
+@dataclass
+class TraceHeader:
+    """The top-level keys other than ``traceEvents``."""
+
+    distributed_info: dict | None = None
+    device_properties: list[dict] = field(default_factory=list)
+    extra_keys: list[str] = field(default_factory=list)
+    complete: bool = False  # False when trailing keys could not be recovered
+
+
+class _RecordingReader:
+    """File-like wrapper that counts bytes and keeps the head and tail of the text."""
+
+    def __init__(self, stream: BinaryIO):
+        self._stream = stream
+        self.position = 0
+        self.head = bytearray()
+        self._tail: deque[bytes] = deque()
+        self._tail_len = 0
+        self.at_eof = False
+
+    def read(self, size: int = -1) -> bytes:
+        data = self._stream.read(size)
+        if not data:
+            self.at_eof = True
+            return data
+        self.position += len(data)
+        if len(self.head) < HEAD_BYTES:
+            self.head += data[: HEAD_BYTES - len(self.head)]
+        self._tail.append(data)
+        self._tail_len += len(data)
+        while self._tail_len - len(self._tail[0]) >= TAIL_BYTES:
+            self._tail_len -= len(self._tail.popleft())
+        return data
+
+    @property
+    def tail(self) -> bytes:
+        return b"".join(self._tail)[-TAIL_BYTES:]
+
+
+class TraceReader:
+    """One pass over one trace: iterate ``events()``, then read ``header``."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.header = TraceHeader()
+
+    def events(self) -> Iterator[TraceEvent]:
+        try:
+            raw = self.path.open("rb")
+        except OSError as err:
+            raise TraceReadError(
+                self.path, 0, f"cannot open: {err.strerror}", truncated=False
+            ) from err
+        with raw:
+            magic = raw.read(2)
+            raw.seek(0)
+            if not magic:
+                raise TraceReadError(self.path, 0, "the file is empty", truncated=False)
+            stream = gzip.GzipFile(fileobj=raw) if magic == _GZIP_MAGIC else raw
+            recorder = _RecordingReader(stream)
+            try:
+                yield from self._parse(recorder)
+            except TraceReadError:
+                # Keep what the head says (rank, devices) for a partial summary.
+                self._read_header(recorder, ended=False)
+                raise
+        self._read_header(recorder, ended=True)
+
+    def _parse(self, recorder: _RecordingReader) -> Iterator[TraceEvent]:
+        items = ijson.items(recorder, "traceEvents.item", use_float=True, buf_size=CHUNK_BYTES)
+        try:
+            for raw in items:
+                if isinstance(raw, dict):
+                    yield classify_event(raw)
+        except (EOFError, gzip.BadGzipFile, zlib.error) as err:
+            truncated = isinstance(err, EOFError)
+            reason = "the gzip stream ends early" if truncated else f"bad gzip data ({err})"
+            raise TraceReadError(self.path, recorder.position, reason, truncated=truncated) from err
+        except ijson.JSONError as err:
+            if recorder.position == 0:
+                raise TraceReadError(self.path, 0, "the file is empty", truncated=False) from err
+            message = str(err)
+            truncated = recorder.at_eof and ("premature EOF" in message or "Incomplete" in message)
+            reason = (
+                "the JSON text ends early" if truncated else f"invalid JSON ({_first_line(err)})"
+            )
+            raise TraceReadError(self.path, recorder.position, reason, truncated=truncated) from err
+
+    def _read_header(self, recorder: _RecordingReader, *, ended: bool) -> None:
+        """Fill ``header`` from the head and, when the text ``ended`` well, the tail."""
+        keys = _top_level_keys(bytes(recorder.head))
+        trailing = _trailing_keys(recorder.tail) if ended else None
+        if trailing is not None:
+            keys.update(trailing)
+        self.header.complete = trailing is not None or "traceEvents" not in keys
+        if ended and "traceEvents" not in keys and not _mentions_trace_events(recorder.head):
+            raise TraceReadError(
+                self.path,
+                recorder.position,
+                "no 'traceEvents' array at the top level",
+                truncated=False,
+            )
+        info = keys.get("distributedInfo")
+        self.header.distributed_info = info if isinstance(info, dict) else None
+        devices = keys.get("deviceProperties")
+        self.header.device_properties = devices if isinstance(devices, list) else []
+        self.header.extra_keys = sorted(k for k in keys if k not in _KNOWN_KEYS)
+
+
+_KNOWN_KEYS = frozenset(
+    {
+        "schemaVersion",
+        "deviceProperties",
+        "distributedInfo",
+        "traceEvents",
+        "traceName",
+        "displayTimeUnit",
+        "baseTimeNanoseconds",
+        "record_shapes",
+        "profile_memory",
+        "with_stack",
+        "with_flops",
+        "with_modules",
+        "trace_id",
+        "INFO",
+    }
+)
+
+
+def _first_line(err: Exception) -> str:
+    return str(err).strip().splitlines()[0][:200] if str(err).strip() else type(err).__name__
+
+
+def _mentions_trace_events(head: bytes) -> bool:
+    return b'"traceEvents"' in head
+
+
+def _top_level_keys(head: bytes) -> dict:
+    """Top-level keys found before ``traceEvents`` (whose value is skipped)."""
+    found: dict = {}
+    try:
+        for key, value in ijson.kvitems(BytesIO(head), "", use_float=True):
+            found[key] = value if key != "traceEvents" else None
+    except ijson.JSONError:
+        # The head stops inside traceEvents (or the file is cut); the keys
+        # before that point were all read.
+        if b'"traceEvents"' in head:
+            found.setdefault("traceEvents", None)
+    return found
+
+
+_ARRAY_END_RE = re.compile(r"\]\s*,\s*\"")
+_DECODER = json.JSONDecoder()
+_MAX_BOUNDARY_TRIES = 256
+_SPACE_RE = re.compile(r"\s*")
+
+
+def _trailing_keys(tail: bytes) -> dict | None:
+    """Top-level keys after ``traceEvents``, from the end of the text.
+
+    The array's end is the last ``], "`` after which the rest of the text is
+    a sequence of ``"key": value`` pairs closed by the final ``}``; inner
+    positions fail that test at the first unbalanced bracket, so the first
+    position (from the end) that passes is it. Returns ``{}`` when the text
+    simply ends with the array, ``None`` when no position passes.
+    """
+    text = tail.decode("utf-8", errors="replace")
+    # Trailing metadata is small: the boundary is among the last few candidates.
+    for match in list(_ARRAY_END_RE.finditer(text))[-1 : -_MAX_BOUNDARY_TRIES - 1 : -1]:
+        pairs = _object_body(text, match.end() - 1)
+        if pairs is not None:
+            return pairs
+    if re.search(r"\]\s*\}\s*$", text):
+        return {}
+    return None
+
+
+def _object_body(text: str, index: int) -> dict | None:
+    """Parse ``"k": v, ... }`` from ``index`` to the end of ``text``, or None."""
+    found = {}
+    try:
+        while True:
+            key, index = _DECODER.raw_decode(text, index)
+            index = _SPACE_RE.match(text, index).end()
+            if not isinstance(key, str) or text[index : index + 1] != ":":
+                return None
+            index = _SPACE_RE.match(text, index + 1).end()
+            found[key], index = _DECODER.raw_decode(text, index)
+            index = _SPACE_RE.match(text, index).end()
+            separator = text[index : index + 1]
+            index = _SPACE_RE.match(text, index + 1).end()
+            if separator == "}":
+                return found if index == len(text) else None
+            if separator != ",":
+                return None
+    except ValueError:
+        return None

@@ -1,0 +1,434 @@
+"""summarize_rank: one rank's trace in, one ``RankSummary`` out.
+
+``summarize_rank`` is what the sidecar runs on its own rank's trace and what
+``stepscope analyze`` runs per file. It reads the trace once with
+``TraceReader`` and folds the events into a ``RankSummaryBuilder``; the
+builder never sees a path (parse once, analyse many). The breakdown rules are
+documented in ``summary_model``; ``breakdowns`` computes them.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections import Counter
+from pathlib import Path
+
+from stepscope.analysis import classify
+from stepscope.analysis.aggregates import Collectives, LaunchGaps, NameTable, OpNesting, comm_meta
+from stepscope.analysis.breakdowns import DeviceTotals, StepTotals, Window
+from stepscope.analysis.events import EventKind, TraceEvent
+from stepscope.analysis.reader import IJSON_BACKEND, TraceHeader, TraceReader, TraceReadError
+from stepscope.analysis.summary_model import (
+    MAX_STEP_RECORDS,
+    DataLoadingStats,
+    HostStats,
+    MemoryStats,
+    RankSummary,
+    StepRecord,
+)
+from stepscope.analysis.timeline import IntervalStore
+
+SHORT_OP_US = 10.0
+# GPU activity is written in (nearly) time order after all CPU events, so time
+# bins this far behind the newest GPU event are complete: they are summed and
+# freed while reading, which keeps memory flat in the trace's length.
+SEAL_MARGIN_US = 5_000_000.0
+SEAL_EVERY_EVENTS = 8192
+WHOLE_TRACE: Window = (-1, float("-inf"), float("inf"))
+ROLE_CACHE_SIZE = 65536
+_COMM, _DATA, _OTHER = "comm", "data", "other"
+
+
+def _op_role(name: str) -> str:
+    if classify.is_comm_op(name):
+        return _COMM
+    return _DATA if classify.is_data_loading(name) else _OTHER
+
+
+def summarize_rank(
+    source: str | Path, rank: int | None = None, *, allow_partial: bool = False
+) -> RankSummary:
+    """Summarise one rank's Kineto trace (``.json`` or ``.json.gz``).
+
+    ``rank`` is used when the trace does not say (no ``distributedInfo``);
+    when both do and disagree, the trace wins and a note says so.
+
+    A file that cannot be read to its end raises ``TraceReadError``. With
+    ``allow_partial=True`` a truncated or corrupt file instead yields the
+    summary of what was read, flagged ``partial`` with the reason, as long as
+    at least one event was read; an empty or unparseable-from-the-start file
+    always raises.
+    """
+    reader = TraceReader(source)
+    builder = RankSummaryBuilder()
+    try:
+        for event in reader.events():
+            builder.add(event)
+    except TraceReadError as err:
+        if not allow_partial or builder.event_count == 0:
+            raise
+        return builder.build(
+            reader.header, rank=rank, source=Path(source).name, partial_reason=str(err)
+        )
+    return builder.build(reader.header, rank=rank, source=Path(source).name)
+
+
+class RankSummaryBuilder:
+    """Folds ``TraceEvent``s into bounded state; ``build`` makes the summary."""
+
+    def __init__(self) -> None:
+        self.event_count = 0
+        self.intervals = IntervalStore()
+        self.ops = NameTable()
+        self.kernels = NameTable()
+        self.nesting = OpNesting(self.ops)
+        self.launch_gaps = LaunchGaps()
+        self.collectives = Collectives()
+        self.unknown: Counter[str] = Counter()
+        self.steps: list[tuple[int, float, float, object]] = []
+        self.op_time_by_thread: Counter[object] = Counter()
+        self.devices: dict[int, dict[str, float]] = {}
+        self.window = [float("inf"), float("-inf")]
+        self.runtime_us = 0.0
+        self.launches = 0
+        self.hip_runtime = False
+        self.cpu_ops = 0
+        self.short_ops = 0
+        self.memory_peaks: dict[str, list[int]] = {"gpu": [0, 0], "cpu": [0, 0]}
+        self.memory_events = 0
+        self.data_loading = [0, 0.0, 0.0]  # calls, total us, max us
+        self.step_totals = StepTotals()
+        self.device_totals = DeviceTotals()
+        self.gpu_watermark = float("-inf")
+        self._until_seal = SEAL_EVERY_EVENTS
+        self._op_roles: dict[str, object] = {}
+        self._runtime_flags: dict[str, tuple[bool, bool]] = {}
+        self._handlers = {
+            EventKind.CPU_OP: self._cpu_op,
+            EventKind.ANNOTATION: self._annotation,
+            EventKind.PROFILER_STEP: self._profiler_step,
+            EventKind.RUNTIME: self._runtime,
+            EventKind.KERNEL: self._gpu_activity,
+            EventKind.MEMCPY: self._gpu_activity,
+            EventKind.MEMSET: self._gpu_activity,
+            EventKind.MEMORY: self._memory,
+        }
+
+    # --- folding ---------------------------------------------------------------
+
+    def add(self, event: TraceEvent) -> None:
+        # Runs once per event: tuple indexing, no attribute lookups on the event.
+        self.event_count += 1
+        handler = self._handlers.get(event[0])
+        if handler is None:
+            if event[0] is EventKind.UNKNOWN:
+                self.unknown[f"{event.ph}:{event.cat}"] += 1
+            return
+        window = self.window
+        ts = event[4]
+        if ts < window[0]:  # noqa: PLR1730 - an if is cheaper than min() per event
+            window[0] = ts
+        end = ts + event[5]
+        if end > window[1]:  # noqa: PLR1730
+            window[1] = end
+        handler(event)
+
+    def _cpu_op(self, event: TraceEvent) -> None:
+        _, name, _, tid, start, dur, _, _, _ = event
+        self.cpu_ops += 1
+        if dur < SHORT_OP_US:
+            self.short_ops += 1
+        if self.nesting.push(tid, name, start, dur):
+            self.intervals.add(("ops", tid), start, start + dur)
+            self.op_time_by_thread[tid] += dur
+        role = self._op_roles.get(name)
+        if role is None:
+            role = _op_role(name)
+            if len(self._op_roles) < ROLE_CACHE_SIZE:
+                self._op_roles[name] = role
+        if role is _COMM:
+            self._cpu_comm(event)
+        elif role is _DATA:
+            self._data_loading(event)
+
+    def _annotation(self, event: TraceEvent) -> None:
+        role = _op_role(event[1])
+        if role is _COMM:
+            self._cpu_comm(event)
+        elif role is _DATA:
+            self._data_loading(event)
+
+    def _cpu_comm(self, event: TraceEvent) -> None:
+        name, args, start, end = event.name, event.args, event.ts, event.ts + event.dur
+        self.intervals.add(("comm_op", event.tid), start, end)
+        ext = args.get("External id") if args else None
+        if name == "record_param_comms":
+            if args and args.get("Collective name"):
+                meta = comm_meta(args, "")
+                self.collectives.remember_params(ext, meta)
+                self.collectives.add("record_param_comms", meta, start, end, ext)
+        elif name.startswith("gloo:"):
+            self.collectives.add("gloo", comm_meta(args, name), start, end, ext)
+        elif name.startswith("c10d::"):
+            self.collectives.add("c10d", comm_meta(args, name), start, end, ext)
+        elif name.startswith("nccl:"):
+            self.collectives.add("nccl_annotation", comm_meta(args, name), start, end, ext)
+
+    def _data_loading(self, event: TraceEvent) -> None:
+        self.intervals.add(("dl", event.tid), event.ts, event.ts + event.dur)
+        self.data_loading[0] += 1
+        self.data_loading[1] += event.dur
+        self.data_loading[2] = max(self.data_loading[2], event.dur)
+
+    def _profiler_step(self, event: TraceEvent) -> None:
+        number = classify.profiler_step_number(event.name)
+        if number is not None and event.dur > 0:
+            self.steps.append((number, event.ts, event.ts + event.dur, event.tid))
+
+    def _runtime(self, event: TraceEvent) -> None:
+        _, name, _, tid, start, dur, _, _, _ = event
+        self.runtime_us += dur
+        flags = self._runtime_flags.get(name)
+        if flags is None:
+            flags = self._runtime_flags[name] = (
+                classify.is_launch(name),
+                not classify.is_blocking_runtime(name),
+            )
+            self.hip_runtime = self.hip_runtime or name.startswith("hip")
+        launch, counts_as_host = flags
+        if launch:
+            self.launches += 1
+            self.launch_gaps.add(tid, start, start + dur)
+        if counts_as_host:
+            self.intervals.add(("runtime",), start, start + dur)
+
+    def _gpu_activity(self, event: TraceEvent) -> None:
+        args = event.args or {}
+        device = args.get("device", event.pid)
+        device = device if isinstance(device, int) else -1
+        stats = self.devices.get(device)
+        if stats is None:
+            stats = self.devices[device] = {
+                "kernels": 0,
+                "comm_kernels": 0,
+                "memcpy": 0,
+                "memset": 0,
+                "tensor_core_us": 0.0,
+            }
+        start, end = event.ts, event.ts + event.dur
+        self.gpu_watermark = max(self.gpu_watermark, start)
+        self._until_seal -= 1
+        if self._until_seal == 0:
+            self._until_seal = SEAL_EVERY_EVENTS
+            self._seal(self.gpu_watermark - SEAL_MARGIN_US)
+        if event.kind is EventKind.KERNEL:
+            self.kernels.add(event.name, event.dur, event.dur)
+            stats["kernels"] += 1
+            if classify.is_comm_kernel(event.name):
+                stats["comm_kernels"] += 1
+                self.intervals.add(("gpu", device, "comm"), start, end)
+                meta = comm_meta(args, event.name)
+                self.collectives.add("nccl_kernel", meta, start, end, args.get("External id"))
+                return
+            if classify.is_tensor_core_kernel(event.name):
+                stats["tensor_core_us"] += event.dur
+            self.intervals.add(("gpu", device, "compute"), start, end)
+        else:
+            stats["memcpy" if event.kind is EventKind.MEMCPY else "memset"] += 1
+            self.intervals.add(("gpu", device, "memory"), start, end)
+
+    def _seal(self, before: float) -> None:
+        """Sum and free the GPU-mode time bins that end before ``before``."""
+        chunk = self.intervals.pop_before(before)
+        if chunk is not None:
+            windows, main_tid, _ = step_windows(self.steps)
+            # Without step annotations (so far) the whole trace is one window
+            # whose ends are known only at the end; sum into an open one.
+            self.step_totals.add(chunk, windows or [WHOLE_TRACE], main_tid, gpu_mode=True)
+            self.device_totals.add(chunk)
+
+    def _memory(self, event: TraceEvent) -> None:
+        args = event.args or {}
+        self.memory_events += 1
+        peaks = self.memory_peaks["cpu" if args.get("Device Type", 0) == 0 else "gpu"]
+        allocated, reserved = args.get("Total Allocated"), args.get("Total Reserved")
+        if isinstance(allocated, (int, float)) and allocated > peaks[0]:
+            peaks[0] = int(allocated)
+        if isinstance(reserved, (int, float)) and reserved > peaks[1]:
+            peaks[1] = int(reserved)
+
+    # --- building ---------------------------------------------------------------
+
+    @property
+    def _window_known(self) -> bool:
+        return self.window[0] <= self.window[1]
+
+    def build(
+        self,
+        header: TraceHeader,
+        *,
+        rank: int | None,
+        source: str,
+        partial_reason: str | None = None,
+    ) -> RankSummary:
+        self.nesting.flush()
+        notes: list[str] = []
+        if IJSON_BACKEND != "yajl2_c":
+            notes.append(f"read with the slower ijson backend {IJSON_BACKEND!r} (yajl2_c missing)")
+        info = header.distributed_info or {}
+        rank_value, rank_origin = _resolve_rank(info.get("rank"), rank, notes)
+        gpu_mode = bool(self.devices)
+        device_names = [str(d.get("name")) for d in header.device_properties if d.get("name")]
+        if self.hip_runtime or any("AMD" in n or "Radeon" in n for n in device_names):
+            device_kind = "rocm"
+        else:
+            device_kind = "cuda" if gpu_mode else "cpu"
+        if not gpu_mode and device_names:
+            notes.append(
+                "deviceProperties lists GPUs but the trace has no GPU activity: CPU breakdown used"
+            )
+        if partial_reason and not gpu_mode and device_names:
+            notes.append("partial trace: GPU activity, written last, may be missing")
+        windows, main_tid, repeats = step_windows(self.steps)
+        if not self.steps:
+            notes.append("no ProfilerStep annotations: whole window used")
+            start, end = self.window if self._window_known else (0.0, 0.0)
+            windows = [(-1, start, end)]
+            self.step_totals.rename(WHOLE_TRACE, windows[0])
+            main = self.op_time_by_thread.most_common(1)
+            main_tid = main[0][0] if main else None
+        if repeats:
+            notes.append("step numbers repeat (the profiler was restarted)")
+        if not header.complete and partial_reason is None:
+            notes.append("top-level keys after traceEvents could not be read")
+        if len(self.devices) > 1:
+            notes.append(
+                f"GPU activity on {len(self.devices)} devices; the step breakdown unions them"
+            )
+        if self.nesting.out_of_order:
+            notes.append(
+                f"{self.nesting.out_of_order} CPU ops out of start order: "
+                "self times are approximate"
+            )
+        self.step_totals.add(self.intervals, windows, main_tid, gpu_mode)
+        if gpu_mode:
+            self.device_totals.add(self.intervals)
+        breakdowns, overall, consistent = self.step_totals.breakdowns(windows)
+        if not consistent:
+            notes.append(
+                "step annotations arrived after their GPU activity was summed: "
+                "some step breakdowns are incomplete"
+            )
+        if self.intervals.late:
+            notes.append(
+                f"{self.intervals.late} intervals arrived more than "
+                f"{SEAL_MARGIN_US / 1e6:.0f} s (trace time) out of order: their overlap "
+                "with earlier activity is not resolved"
+            )
+        steps = [
+            StepRecord(
+                step=number,
+                start_us=start,
+                end_us=end,
+                duration_ms=round((end - start) / 1e3, 4),
+                breakdown=breakdown,
+            )
+            for (number, start, end), breakdown in zip(windows, breakdowns)
+        ]
+        dropped_steps = max(0, len(steps) - MAX_STEP_RECORDS)
+        step_of = _step_lookup(windows)
+        collectives, dropped = self.collectives.records(step_of)
+        peaks = self.memory_peaks["gpu" if gpu_mode else "cpu"]
+        step_count = max(1, len(windows))
+        return RankSummary(
+            source=source,
+            rank=rank_value,
+            rank_origin=rank_origin,
+            world_size=info.get("world_size"),
+            backend=info.get("backend"),
+            device_kind=device_kind,
+            device_names=sorted(set(device_names)),
+            source_notes=notes,
+            partial=partial_reason is not None,
+            partial_reason=partial_reason,
+            unknown_event_counts=dict(self.unknown),
+            event_count=self.event_count,
+            window_start_us=self.window[0] if self._window_known else None,
+            window_end_us=self.window[1] if self._window_known else None,
+            steps=steps[:MAX_STEP_RECORDS],
+            steps_dropped=dropped_steps,
+            breakdown=overall,
+            gpu=self.device_totals.splits(self.devices),
+            top_ops=self.ops.top(),
+            top_kernels=self.kernels.top(),
+            collectives=collectives,
+            collectives_dropped=dropped,
+            collective_stats=self.collectives.stats(),
+            memory=MemoryStats(
+                peak_allocated_bytes=peaks[0] or None,
+                peak_reserved_bytes=peaks[1] or None,
+                allocation_event_count=self.memory_events,
+                allocation_events_per_step=round(self.memory_events / step_count, 2),
+            ),
+            host=HostStats(
+                launch_count=self.launches,
+                launch_gap_median_us=self.launch_gaps.median_us(),
+                runtime_ms=round(self.runtime_us / 1e3, 4),
+                cpu_op_count=self.cpu_ops,
+                short_op_count=self.short_ops,
+                short_ops_per_step=round(self.short_ops / step_count, 2),
+                short_op_threshold_us=SHORT_OP_US,
+            ),
+            data_loading=DataLoadingStats(
+                calls=int(self.data_loading[0]),
+                total_ms=round(self.data_loading[1] / 1e3, 4),
+                max_call_ms=round(self.data_loading[2] / 1e3, 4),
+            ),
+        )
+
+
+def step_windows(
+    steps: list[tuple[int, float, float, object]],
+) -> tuple[list[Window], object, bool]:
+    """Step windows in time order on the main thread (the one that steps), the
+    main thread, and whether step numbers repeat. Overlapping annotations are
+    clipped so that the earlier step keeps the shared time."""
+    if not steps:
+        return [], None, False
+    main_tid = Counter(tid for *_, tid in steps).most_common(1)[0][0]
+    ordered = sorted((s for s in steps if s[3] == main_tid), key=lambda s: s[1])
+    windows: list[Window] = []
+    for number, start, end, _ in ordered:
+        if windows and start < windows[-1][2]:
+            start = windows[-1][2]
+        if end > start:
+            windows.append((number, start, end))
+    numbers = [w[0] for w in windows]
+    return windows, main_tid, len(set(numbers)) < len(numbers)
+
+
+def _resolve_rank(trace_rank: object, caller_rank: int | None, notes: list[str]) -> tuple[int, str]:
+    if isinstance(trace_rank, int):
+        if caller_rank is not None and caller_rank != trace_rank:
+            notes.append(
+                f"caller said rank {caller_rank} but the trace says {trace_rank}; "
+                "the trace's rank is used"
+            )
+        return trace_rank, "trace"
+    if caller_rank is not None:
+        notes.append("rank taken from caller (no rank in distributedInfo)")
+        return caller_rank, "caller"
+    notes.append("rank unknown (no distributedInfo and none given): assumed 0")
+    return 0, "assumed"
+
+
+def _step_lookup(windows: list[tuple[int, float, float]]):
+    starts = [w[1] for w in windows]
+
+    def step_of(ts: float) -> int | None:
+        index = bisect_right(starts, ts) - 1
+        if index >= 0 and ts < windows[index][2]:
+            return windows[index][0]
+        return None
+
+    return step_of

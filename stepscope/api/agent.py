@@ -1,0 +1,272 @@
+"""The wire contract between the agent sidecar and the operator (HTTP/JSON, version v1).
+
+Both sides import these models: the sidecar validates what it receives and answers with
+them, the operator builds requests and parses answers with them. The models carry nothing
+torch- or kopf-specific. On the wire every field is camelCase; in Python it is snake_case.
+
+Auth: every endpoint needs ``Authorization: Bearer <token>``; the token comes from the
+environment variable named by ``TOKEN_ENV`` or from the file named by ``TOKEN_FILE_ENV``.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+
+API_VERSION = "v1"
+# The sidecar's HTTP port unless STEPSCOPE_AGENT_PORT says otherwise.
+DEFAULT_PORT = 9464
+PORT_ENV = "STEPSCOPE_AGENT_PORT"
+TOKEN_ENV = "STEPSCOPE_AGENT_TOKEN"
+TOKEN_FILE_ENV = "STEPSCOPE_AGENT_TOKEN_FILE"
+
+STATUS_PATH = f"/{API_VERSION}/status"
+CAPTURES_PATH = f"/{API_VERSION}/captures"
+
+MAX_WINDOW_STEPS = 1000
+MAX_WARMUP_STEPS = 100
+
+# Kubernetes names are at most 63 characters of lower-case alphanumerics and '-';
+# a capture id becomes part of file names and S3 keys, so it follows the same rule.
+CAPTURE_ID_PATTERN = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+
+# The artifacts every rank uploads, in upload order; each one has its own grant.
+ARTIFACTS = ("trace", "counters", "steps", "summary")
+
+
+def capture_path(capture_id: str) -> str:
+    """The URL path of one capture: GET reads its state, DELETE cancels it."""
+    return f"{CAPTURES_PATH}/{capture_id}"
+
+
+class WireModel(BaseModel):
+    """camelCase on the wire, snake_case in Python. Unknown keys are ignored so a newer
+    peer's additions do not break an older one; requests refuse them (see CaptureRequest)."""
+
+    model_config = ConfigDict(populate_by_name=True, alias_generator=to_camel)
+
+    def to_wire(self) -> dict[str, Any]:
+        """The JSON-ready dict with camelCase keys, as the other side expects it."""
+        return self.model_dump(mode="json", by_alias=True)
+
+
+class Tier(StrEnum):
+    """How much a window records (DESIGN §4)."""
+
+    STEPS = "steps"  # step timings and NVML counters only, no torch.profiler
+    OPS = "ops"  # + CPU/CUDA activities, no shapes, stacks or memory
+    FULL = "full"  # + shapes, stacks, memory and flops
+
+
+class CaptureState(StrEnum):
+    """Lifecycle of a capture; a rank additionally can end as ``not_reached``."""
+
+    ARMED = "armed"
+    CAPTURING = "capturing"
+    UPLOADING = "uploading"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    NOT_REACHED = "not_reached"
+
+
+# A capture (or rank) in one of these states changes no more.
+FINAL_STATES = frozenset(
+    {CaptureState.DONE, CaptureState.FAILED, CaptureState.CANCELLED, CaptureState.NOT_REACHED}
+)
+# "Least advanced first": the overall state of a capture is the earliest of its ranks'
+# states in this order, once the all-done / all-failed cases are handled.
+_PROGRESS_ORDER = (
+    CaptureState.ARMED,
+    CaptureState.CAPTURING,
+    CaptureState.UPLOADING,
+    CaptureState.NOT_REACHED,
+    CaptureState.FAILED,
+    CaptureState.CANCELLED,
+    CaptureState.DONE,
+)
+
+
+class RankStatus(WireModel):
+    """What the agent knows about one training process (one rank) in its pod."""
+
+    rank: int = Field(
+        ge=0, description="Global rank (RANK, or torch.distributed when initialised)."
+    )
+    local_rank: int = Field(ge=0, description="Rank within the pod (LOCAL_RANK).")
+    pid: int = Field(description="Process id of the trainer, in the pod's PID namespace.")
+    global_step: int | None = Field(
+        default=None, description="The step now running (steps completed so far, counted from 0)."
+    )
+    step_time_ms: float | None = Field(default=None, description="Median of recent step times.")
+    data_wait_ms: float | None = Field(
+        default=None, description="Median of recent time spent waiting on the DataLoader per step."
+    )
+    last_step_at: float | None = Field(
+        default=None, description="Agent clock (unix seconds) when the last step ended."
+    )
+
+
+class AgentStatus(WireModel):
+    """Answer of ``GET /v1/status``."""
+
+    api_version: Literal["v1"] = API_VERSION
+    pod: str
+    namespace: str | None = None
+    node: str | None = None
+    ranks: list[RankStatus] = Field(default_factory=list)
+    current_step: int | None = Field(default=None, description="Largest global step over ranks.")
+    step_time_ms: float | None = Field(default=None, description="Median step time over ranks.")
+    torch_version: str | None = None
+    gpu_present: bool = False
+    agent_time: float = Field(description="Agent clock (unix seconds) when it answered.")
+    agent_version: str
+
+
+class MultipartGrant(WireModel):
+    """A presigned multipart upload: one URL per part plus the completion URL."""
+
+    upload_id: str
+    part_size_bytes: int = Field(ge=5 * 1024 * 1024, description="S3 needs >= 5 MiB per part.")
+    part_urls: list[str] = Field(min_length=1, description="Presigned UploadPart URLs, parts 1..K.")
+    complete_url: str = Field(description="Presigned CompleteMultipartUpload (POST) URL.")
+
+    @property
+    def capacity_bytes(self) -> int:
+        """The most bytes these parts can carry; it is also the artifact's byte budget."""
+        return self.part_size_bytes * len(self.part_urls)
+
+
+class ArtifactGrant(WireModel):
+    """Permission to write exactly one S3 key, for a short time."""
+
+    key: str = Field(description="The S3 key the grant writes (informational).")
+    expires_at: AwareDatetime
+    put_url: str | None = Field(default=None, description="Presigned PUT URL.")
+    multipart: MultipartGrant | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one_way_to_upload(self) -> ArtifactGrant:
+        if (self.put_url is None) == (self.multipart is None):
+            raise ValueError(f"grant for key {self.key!r} needs exactly one of putUrl or multipart")
+        return self
+
+
+class RankGrants(WireModel):
+    """The upload grants of one rank: one per artifact."""
+
+    rank: int = Field(ge=0)
+    trace: ArtifactGrant
+    counters: ArtifactGrant
+    summary: ArtifactGrant
+    steps: ArtifactGrant
+
+    def for_artifact(self, artifact: str) -> ArtifactGrant:
+        return getattr(self, artifact)
+
+
+class CaptureRequest(WireModel):
+    """Body of ``POST /v1/captures``: record global steps [start_step, start_step+steps)."""
+
+    # A misspelt field in a request would otherwise be silently dropped and defaulted.
+    model_config = ConfigDict(populate_by_name=True, alias_generator=to_camel, extra="forbid")
+
+    capture_id: str = Field(pattern=CAPTURE_ID_PATTERN, max_length=63)
+    start_step: int = Field(ge=0)
+    steps: int = Field(ge=1, le=MAX_WINDOW_STEPS)
+    warmup_steps: int = Field(default=1, ge=0, le=MAX_WARMUP_STEPS)
+    tier: Tier = Tier.OPS
+    deadline: AwareDatetime = Field(
+        description="Absolute UTC time; a rank that has not reached start_step by then is "
+        "reported not_reached, one still capturing is failed."
+    )
+    trace_ranks: list[int] | None = Field(
+        default=None,
+        description="Ranks that take a profiler trace; None means every rank. Other ranks only "
+        "report step timings.",
+    )
+    max_bytes_per_rank: int = Field(ge=1, description="Upload budget of one rank, all artifacts.")
+    grants: list[RankGrants] = Field(min_length=1)
+
+    @field_validator("grants")
+    @classmethod
+    def _one_grant_set_per_rank(cls, grants: list[RankGrants]) -> list[RankGrants]:
+        ranks = [g.rank for g in grants]
+        duplicates = sorted({r for r in ranks if ranks.count(r) > 1})
+        if duplicates:
+            raise ValueError(f"grants list rank(s) {duplicates} more than once; give one per rank")
+        return grants
+
+    @property
+    def end_step(self) -> int:
+        """The last step recorded (inclusive)."""
+        return self.start_step + self.steps - 1
+
+    def grants_for(self, rank: int) -> RankGrants | None:
+        return next((g for g in self.grants if g.rank == rank), None)
+
+    def takes_trace(self, rank: int) -> bool:
+        """Whether this rank records a profiler trace (the steps tier never does)."""
+        if self.tier == Tier.STEPS:
+            return False
+        return self.trace_ranks is None or rank in self.trace_ranks
+
+
+class RankCaptureStatus(WireModel):
+    """Progress and result of one rank in one capture."""
+
+    rank: int
+    state: CaptureState = CaptureState.ARMED
+    first_step: int | None = Field(default=None, description="First step actually recorded.")
+    last_step: int | None = Field(default=None, description="Last step actually recorded.")
+    steps_captured: int = 0
+    export_stall_ms: float | None = Field(
+        default=None, description="How long stopping and exporting the trace held the trainer."
+    )
+    bytes_uploaded: int = 0
+    artifact_keys: list[str] = Field(default_factory=list)
+    reason: str | None = None
+    summary: dict[str, Any] | None = Field(
+        default=None, description="The per-rank summary JSON (a few KB), also uploaded."
+    )
+
+
+class CaptureStatus(WireModel):
+    """Answer of ``POST``, ``GET`` and ``DELETE`` on a capture."""
+
+    capture_id: str
+    state: CaptureState
+    reason: str | None = None
+    start_step: int
+    end_step: int
+    ranks: list[RankCaptureStatus] = Field(default_factory=list)
+
+
+class ErrorBody(WireModel):
+    """Every non-2xx answer: a message a person can act on, plus pydantic details on 422."""
+
+    error: str
+    details: list[dict[str, Any]] | None = None
+
+
+def overall_state(rank_states: list[CaptureState]) -> CaptureState:
+    """Fold the ranks' states into the capture's: done when all are done, failed when all
+    failed, otherwise the least advanced state (so the operator keeps waiting while any
+    rank still works)."""
+    if not rank_states:
+        return CaptureState.ARMED
+    if all(s == CaptureState.DONE for s in rank_states):
+        return CaptureState.DONE
+    if all(s == CaptureState.FAILED for s in rank_states):
+        return CaptureState.FAILED
+    return min(rank_states, key=_PROGRESS_ORDER.index)

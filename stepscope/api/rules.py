@@ -1,0 +1,164 @@
+"""Validation rules written once and enforced twice: by the API server and by pydantic.
+
+Each `CelRule` carries a CEL expression for the CRD's ``x-kubernetes-validations``, the
+same predicate in Python, and one message. A user running ``kubectl apply`` and a Python
+caller (the operator stamping a session out of a schedule) therefore get the same words
+for the same mistake. Messages name the field and say how to fix it.
+
+A rule can be used two ways:
+
+* as a field annotation, ``Annotated[int, in_range("window.steps", 1, 1000)]``: it
+  checks the field's value, and the generated schema carries it on that field;
+* in a model's ``cel_rules`` (see `stepscope.api.base.ApiModel`): it checks the whole
+  object, for rules that relate several fields.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from pydantic import GetCoreSchemaHandler, GetJsonSchemaHandler
+from pydantic_core import core_schema
+
+X_VALIDATIONS = "x-kubernetes-validations"
+
+# Go's time.ParseDuration syntax restricted to whole hours, minutes and seconds, in that
+# order ("168h", "90m", "1h30m"). Go has no days, so neither do we: 7 days is "168h".
+DURATION_PATTERN = r"^([0-9]+h)?([0-9]+m)?([0-9]+s)?$"
+# Which ranks take full traces: every rank, one per node, or an explicit rank list.
+RANKS_PATTERN = r"^(all|one-per-node|[0-9]+(,[0-9]+)*)$"
+# A DNS-1123 subdomain, the syntax of a Kubernetes object name.
+NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+# Five cron fields (minute hour day-of-month month day-of-week) in the classic Vixie cron
+# syntax, with month and weekday names allowed; checked at the level of characters. The
+# operator's parser catches out-of-range numbers when it schedules.
+CRON_PATTERN = r"^\s*[0-9*/,-]+\s+[0-9*/,-]+\s+[0-9*/,-]+\s+[0-9A-Za-z*/,-]+\s+[0-9A-Za-z*/,-]+\s*$"
+
+NAME_MAX_LENGTH = 253
+# Long enough for an explicit list of 1024 ranks ("0,1,...,1023" is 4,014 characters).
+RANKS_MAX_LENGTH = 8192
+DURATION_MAX_LENGTH = 32
+CRON_MAX_LENGTH = 128
+
+
+@dataclass(frozen=True)
+class CelRule:
+    """One rule: `cel` for the API server, `check` for Python, one `message` for both.
+
+    `schema` holds OpenAPI keywords that express the same bound structurally (for example
+    ``minimum``/``maximum``), so the schema itself documents the range too. `field_path`
+    points the API server's error at one field when the rule sits on an object.
+    """
+
+    cel: str
+    message: str
+    check: Callable[[Any], bool]
+    field_path: str | None = None
+    schema: Mapping[str, Any] = field(default_factory=dict, hash=False, compare=False)
+
+    def to_validation(self) -> dict[str, str]:
+        """The rule as one entry of ``x-kubernetes-validations``."""
+        entry = {"rule": self.cel, "message": self.message}
+        if self.field_path:
+            entry["fieldPath"] = self.field_path
+        return entry
+
+    def enforce(self, value: Any) -> Any:
+        """Return `value` unchanged, or raise the rule's message for pydantic to report."""
+        if not self.check(value):
+            raise ValueError(self.message)
+        return value
+
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> core_schema.CoreSchema:
+        return core_schema.no_info_after_validator_function(self.enforce, handler(source))
+
+    def __get_pydantic_json_schema__(
+        self, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
+    ) -> dict[str, Any]:
+        json_schema = handler(schema)
+        json_schema.update(self.schema)
+        json_schema.setdefault(X_VALIDATIONS, []).append(self.to_validation())
+        return json_schema
+
+
+def in_range(name: str, low: int, high: int, meaning: str = "") -> CelRule:
+    """An integer between `low` and `high`, inclusive."""
+    suffix = f" ({meaning})" if meaning else ""
+    return CelRule(
+        cel=f"self >= {low} && self <= {high}",
+        message=f"{name} must be between {low} and {high}{suffix}",
+        check=lambda value: low <= value <= high,
+        schema={"minimum": low, "maximum": high},
+    )
+
+
+def at_least(name: str, low: int, meaning: str = "") -> CelRule:
+    """An integer no smaller than `low`."""
+    suffix = f" ({meaning})" if meaning else ""
+    return CelRule(
+        cel=f"self >= {low}",
+        message=f"{name} must be {low} or more{suffix}",
+        check=lambda value: value >= low,
+        schema={"minimum": low},
+    )
+
+
+def matches(name: str, pattern: str, max_length: int, expected: str) -> CelRule:
+    """A string matching `pattern` (RE2 and Python `re` agree on every pattern used here).
+
+    The maximum length bounds the CEL cost estimate, which the API server checks when the
+    CRD is installed; `expected` tells the user what a valid value looks like.
+    """
+    compiled = re.compile(pattern)
+    return CelRule(
+        cel=f"self.matches({_cel_string(pattern)})",
+        message=f"{name} must be {expected}",
+        # fullmatch, because Python's "$" also matches before a final newline and RE2's not.
+        check=lambda value: compiled.fullmatch(value) is not None,
+        schema={"maxLength": max_length},
+    )
+
+
+def object_name(name: str, kind: str) -> CelRule:
+    """The name of another Kubernetes object in the same namespace."""
+    return matches(
+        name,
+        NAME_PATTERN,
+        NAME_MAX_LENGTH,
+        f"the name of a {kind} in this namespace: lower-case letters, digits, '-' and '.', "
+        "starting and ending with a letter or digit",
+    )
+
+
+def duration(name: str) -> CelRule:
+    """A positive Go-style duration in whole hours, minutes and seconds."""
+    compiled = re.compile(DURATION_PATTERN)
+    return CelRule(
+        cel=f"self.matches({_cel_string(DURATION_PATTERN)}) && self.matches('[1-9]')",
+        message=(
+            f"{name} must be a positive duration in hours, minutes and seconds such as "
+            "168h, 90m or 1h30m (there is no 'd': write 7 days as 168h)"
+        ),
+        check=lambda value: bool(compiled.fullmatch(value) and re.search("[1-9]", value)),
+        schema={"maxLength": DURATION_MAX_LENGTH},
+    )
+
+
+def parse_duration(text: str) -> timedelta:
+    """Turn a duration accepted by `duration` ("1h30m") into a `timedelta`."""
+    found = re.fullmatch(r"(?:([0-9]+)h)?(?:([0-9]+)m)?(?:([0-9]+)s)?", text)
+    if not text or found is None:
+        raise ValueError(f"{text!r} is not a duration such as 168h, 90m or 1h30m")
+    hours, minutes, seconds = (int(part or 0) for part in found.groups())
+    return timedelta(hours=hours, minutes=minutes, seconds=seconds)
+
+
+def _cel_string(text: str) -> str:
+    """`text` as a CEL single-quoted string literal."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"

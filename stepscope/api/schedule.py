@@ -1,0 +1,193 @@
+"""ProfileSchedule: create ProfileSessions on a cron schedule and watch for regressions.
+
+It works like a CronJob creating Jobs: each tick stamps a ProfileSession out of
+`spec.sessionTemplate`; the schedule keeps a rolling baseline of recent sessions and marks
+a session whose step time is significantly slower than the baseline as a regression.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, StrictBool, StrictFloat, StrictInt, StrictStr
+
+from stepscope.api.base import ApiModel
+from stepscope.api.meta import MAX_CONDITIONS, Condition
+from stepscope.api.rules import CRON_MAX_LENGTH, CRON_PATTERN, CelRule, in_range, matches
+from stepscope.api.session import API_VERSION, ProfileSessionSpec
+from stepscope.api.session_status import POD_NAME_MAX_LENGTH, Phase
+
+MAX_HISTORY_LIMIT = 100
+MAX_ACTIVE_LISTED = 10
+
+
+class RegressionPolicy(ApiModel):
+    """When a scheduled session counts as a regression against the rolling baseline."""
+
+    threshold_pct: StrictFloat = Field(
+        5.0,
+        gt=0,
+        le=1000,
+        description=(
+            "Desired state. Smallest slowdown of the median step time against the baseline, "
+            "in percent, that is reported as a regression (when it is also statistically "
+            "significant and outside the baseline's noise band). Default: 5."
+        ),
+    )
+
+
+class ProfileScheduleSpec(ApiModel):
+    """Desired state of a ProfileSchedule."""
+
+    cel_rules = (
+        CelRule(
+            cel="!has(self.sessionTemplate.window) || !has(self.sessionTemplate.window.startStep)",
+            message=(
+                "sessionTemplate.window.startStep must be unset: every scheduled session "
+                "plans its own start step"
+            ),
+            check=lambda spec: spec.session_template.window.start_step is None,
+            field_path=".sessionTemplate.window.startStep",
+        ),
+    )
+
+    schedule: Annotated[
+        StrictStr,
+        matches(
+            "schedule",
+            CRON_PATTERN,
+            CRON_MAX_LENGTH,
+            "a cron expression of five fields, minute hour day-of-month month day-of-week, "
+            "such as '0 */6 * * *' (every six hours)",
+        ),
+    ] = Field(
+        description=(
+            "Desired state. When to create a session, as a five-field cron expression in "
+            "UTC, such as '0 */6 * * *'. Required."
+        )
+    )
+    session_template: ProfileSessionSpec = Field(
+        description=(
+            "Desired state. The spec of every ProfileSession this schedule creates; "
+            "window.startStep must be unset. Required."
+        )
+    )
+    history_limit: Annotated[
+        StrictInt,
+        in_range("historyLimit", 1, MAX_HISTORY_LIMIT, "finished sessions to keep"),
+    ] = Field(
+        5,
+        description=(
+            "Desired state. Finished sessions to keep; older ones are deleted with their "
+            "artifacts. They also form the rolling baseline. 1 to 100. Default: 5."
+        ),
+    )
+    regression: RegressionPolicy = Field(
+        default_factory=RegressionPolicy,
+        description="Desired state. When to report a regression. Default: 5% slower.",
+        json_schema_extra={"default": RegressionPolicy().to_wire()},
+    )
+    suspend: StrictBool = Field(
+        False,
+        description=(
+            "Desired state. True stops creating new sessions; running ones finish. Default: false."
+        ),
+    )
+
+
+class ScheduledRun(ApiModel):
+    """One finished session the schedule created."""
+
+    session: str = Field(
+        max_length=POD_NAME_MAX_LENGTH, description="Observed state. The session's name."
+    )
+    phase: Phase = Field(description="Observed state. How it ended.")
+    finish_time: datetime | None = Field(
+        None, description="Observed state. When it finished (RFC 3339)."
+    )
+    step_time_ms_p50: float | None = Field(
+        None, ge=0, description="Observed state. Its median step time, milliseconds."
+    )
+
+
+class BaselineSummary(ApiModel):
+    """The rolling baseline: recent successful sessions taken together."""
+
+    sessions: int = Field(0, ge=0, description="Observed state. Sessions in the baseline.")
+    step_time_ms_p50: float | None = Field(
+        None, ge=0, description="Observed state. Median of their median step times, ms."
+    )
+    noise_band_pct: float | None = Field(
+        None,
+        ge=0,
+        description=(
+            "Observed state. How much their median step times vary, percent of the "
+            "baseline; changes inside it are not reported as regressions."
+        ),
+    )
+
+
+class RegressionRecord(ApiModel):
+    """The last session found slower than the baseline."""
+
+    session: str = Field(
+        max_length=POD_NAME_MAX_LENGTH, description="Observed state. The slower session."
+    )
+    detected_time: datetime = Field(description="Observed state. When it was found (RFC 3339).")
+    step_time_delta_pct: float = Field(
+        description="Observed state. Median step time change against the baseline, percent."
+    )
+    p_value: float | None = Field(
+        None, ge=0, le=1, description="Observed state. p-value of the step-time test."
+    )
+
+
+class ProfileScheduleStatus(ApiModel):
+    """Observed state of a ProfileSchedule, written by the operator."""
+
+    observed_generation: int | None = Field(
+        None, ge=0, description="Observed state. The metadata.generation this status reflects."
+    )
+    last_schedule_time: datetime | None = Field(
+        None, description="Observed state. When a session was last created (RFC 3339)."
+    )
+    last_successful_time: datetime | None = Field(
+        None, description="Observed state. When a session last succeeded (RFC 3339)."
+    )
+    active: list[Annotated[str, Field(max_length=POD_NAME_MAX_LENGTH)]] = Field(
+        default_factory=list,
+        max_length=MAX_ACTIVE_LISTED,
+        description="Observed state. Names of sessions still running, at most 10.",
+    )
+    history: list[ScheduledRun] = Field(
+        default_factory=list,
+        max_length=MAX_HISTORY_LIMIT,
+        description="Observed state. Finished sessions kept, newest first (spec.historyLimit).",
+    )
+    baseline: BaselineSummary | None = Field(
+        None, description="Observed state. The rolling baseline."
+    )
+    last_regression: RegressionRecord | None = Field(
+        None, description="Observed state. The last regression found, if any."
+    )
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        max_length=MAX_CONDITIONS,
+        description="Observed state. Standard conditions, one per type.",
+        json_schema_extra={
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["type"],
+        },
+    )
+
+
+class ProfileSchedule(ApiModel):
+    """ProfileSchedule creates ProfileSessions on a cron schedule, keeps a rolling baseline of
+    their step times, and reports sessions that are significantly slower as regressions."""
+
+    api_version: Literal["stepscope.dev/v1alpha1"] = API_VERSION
+    kind: Literal["ProfileSchedule"] = "ProfileSchedule"
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    spec: ProfileScheduleSpec
+    status: ProfileScheduleStatus | None = None

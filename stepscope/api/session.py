@@ -1,0 +1,244 @@
+"""ProfileSession: profile every rank of one training job over the same global steps.
+
+The spec is desired state written by users; the status (`stepscope.api.session_status`)
+is observed state written by the operator.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, StrictInt, StrictStr
+
+from stepscope.api.base import ApiModel
+from stepscope.api.meta import LabelSelector
+from stepscope.api.rules import (
+    RANKS_MAX_LENGTH,
+    RANKS_PATTERN,
+    CelRule,
+    at_least,
+    duration,
+    in_range,
+    matches,
+    object_name,
+)
+from stepscope.api.session_status import ProfileSessionStatus
+
+GROUP = "stepscope.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+
+MAX_WINDOW_STEPS = 1000
+MAX_WARMUP_STEPS = 100
+
+Granularity = Literal["steps", "ops", "full"]
+
+
+class TargetSpec(ApiModel):
+    """Which training job to profile, and which of its ranks take full traces."""
+
+    cel_rules = (
+        CelRule(
+            cel=(
+                "(has(self.pytorchJob) ? 1 : 0) + (has(self.trainJob) ? 1 : 0)"
+                " + (has(self.podSelector) ? 1 : 0) == 1"
+            ),
+            message="target must set exactly one of pytorchJob, trainJob or podSelector",
+            check=lambda target: (
+                [target.pytorch_job, target.train_job, target.pod_selector].count(None) == 2
+            ),
+        ),
+    )
+
+    pytorch_job: Annotated[StrictStr, object_name("target.pytorchJob", "PyTorchJob")] | None = (
+        Field(
+            None,
+            description=(
+                "Desired state. Name of a Kubeflow PyTorchJob (kubeflow.org/v1) in this "
+                "namespace whose pods are profiled. Exactly one of pytorchJob, trainJob and "
+                "podSelector is set."
+            ),
+        )
+    )
+    train_job: Annotated[StrictStr, object_name("target.trainJob", "TrainJob")] | None = Field(
+        None,
+        description=(
+            "Desired state. Name of a Kubeflow TrainJob (trainer.kubeflow.org/v1alpha1) in "
+            "this namespace whose pods are profiled. Exactly one of pytorchJob, trainJob and "
+            "podSelector is set."
+        ),
+    )
+    pod_selector: LabelSelector | None = Field(
+        None,
+        description=(
+            "Desired state. Profile the pods in this namespace matching this label selector "
+            "(they must run the stepscope agent). Exactly one of pytorchJob, trainJob and "
+            "podSelector is set."
+        ),
+        json_schema_extra={"x-kubernetes-map-type": "atomic"},
+    )
+    ranks: Annotated[
+        StrictStr,
+        matches(
+            "target.ranks",
+            RANKS_PATTERN,
+            RANKS_MAX_LENGTH,
+            "'all', 'one-per-node', or a comma-separated list of rank numbers such as '0,3,7'",
+        ),
+    ] = Field(
+        "all",
+        description=(
+            "Desired state. Which ranks take full traces: 'all', 'one-per-node' (the lowest "
+            "rank on each node), or a comma-separated list of global ranks such as '0,3,7'. "
+            "Every rank still reports step timings. Default: all."
+        ),
+    )
+
+
+class WindowSpec(ApiModel):
+    """How many global steps to capture, and when."""
+
+    cel_rules = (
+        CelRule(
+            cel="self.timeoutSeconds > self.leadSeconds",
+            message=(
+                "window.timeoutSeconds must be greater than window.leadSeconds: the capture "
+                "cannot finish before it starts"
+            ),
+            check=lambda window: window.timeout_seconds > window.lead_seconds,
+            field_path=".timeoutSeconds",
+        ),
+    )
+
+    steps: Annotated[
+        StrictInt,
+        in_range("window.steps", 1, MAX_WINDOW_STEPS, "the number of training steps to capture"),
+    ] = Field(
+        5,
+        description=(
+            "Desired state. Number of consecutive global training steps captured on every "
+            "rank, 1 to 1000. Default: 5."
+        ),
+    )
+    warmup_steps: Annotated[
+        StrictInt,
+        in_range(
+            "window.warmupSteps", 0, MAX_WARMUP_STEPS, "profiler warm-up steps before capture"
+        ),
+    ] = Field(
+        1,
+        description=(
+            "Desired state. Steps the profiler runs before the window without recording, so "
+            "its start-up cost stays out of the numbers, 0 to 100. Default: 1."
+        ),
+    )
+    start_step: Annotated[StrictInt, at_least("window.startStep", 0)] | None = Field(
+        None,
+        description=(
+            "Desired state. Absolute global step at which capture starts on every rank. "
+            "Unset: the operator plans the nearest step that every rank reaches after "
+            "leadSeconds. Default: unset."
+        ),
+    )
+    lead_seconds: Annotated[
+        StrictInt, in_range("window.leadSeconds", 0, 3600, "seconds of notice the agents get")
+    ] = Field(
+        10,
+        description=(
+            "Desired state. Seconds of notice, at the job's current step rate, between "
+            "arming the agents and the first captured step when the operator plans the "
+            "start step, 0 to 3600. Default: 10."
+        ),
+    )
+    timeout_seconds: Annotated[
+        StrictInt,
+        in_range("window.timeoutSeconds", 1, 86400, "seconds before an unfinished capture fails"),
+    ] = Field(
+        900,
+        description=(
+            "Desired state. Seconds from arming until the session gives up on ranks that "
+            "have not delivered their capture, 1 to 86400. Default: 900."
+        ),
+    )
+
+
+# The API server validates a default against the CEL rules before nested defaults apply,
+# so an omitted window defaults to the whole default object, not to {}.
+WINDOW_DEFAULT = WindowSpec().to_wire()
+
+
+class ArtifactsSpec(ApiModel):
+    """How long the traces and the report are kept in object storage."""
+
+    retention: Annotated[StrictStr, duration("artifacts.retention")] | None = Field(
+        None,
+        description=(
+            "Desired state. How long artifacts are kept after the session ends, as a "
+            "duration in hours, minutes and seconds (168h, 90m, 1h30m). Default: unset, "
+            "meaning the operator's configured retention."
+        ),
+    )
+
+
+class BaselineSpec(ApiModel):
+    """An earlier session to compare this one with."""
+
+    session_ref: Annotated[StrictStr, object_name("baseline.sessionRef", "ProfileSession")] = Field(
+        description=(
+            "Desired state. Name of an earlier ProfileSession in this namespace; the result "
+            "lands in status.baselineComparison. Required when baseline is set."
+        ),
+    )
+
+
+class ProfileSessionSpec(ApiModel):
+    """Desired state of a ProfileSession: what to profile, for how long, and how deeply."""
+
+    target: TargetSpec = Field(description="Desired state. The training job to profile. Required.")
+    window: WindowSpec = Field(
+        default_factory=WindowSpec,
+        description="Desired state. The global steps to capture. Default: 5 steps, planned.",
+        json_schema_extra={"default": WINDOW_DEFAULT},
+    )
+    granularity: Granularity = Field(
+        "ops",
+        description=(
+            "Desired state. How much is recorded: 'steps' (per-step phase timings and GPU "
+            "counters only), 'ops' (plus CPU and CUDA profiler activities), 'full' (plus "
+            "shapes, stacks, memory and FLOPs; shapes may be sensitive). Default: ops."
+        ),
+    )
+    artifacts: ArtifactsSpec = Field(
+        default_factory=ArtifactsSpec,
+        description="Desired state. Retention of the stored artifacts. Default: operator config.",
+        json_schema_extra={"default": {}},
+    )
+    baseline: BaselineSpec | None = Field(
+        None,
+        description="Desired state. A session to compare against. Default: none.",
+    )
+
+
+class ProfileSession(ApiModel):
+    """ProfileSession profiles every rank of a distributed PyTorch training job over the same
+    global steps and writes the analysed result (step time, breakdown, straggler, bottleneck,
+    findings) into its status; traces and the report go to object storage."""
+
+    api_version: Literal["stepscope.dev/v1alpha1"] = API_VERSION
+    kind: Literal["ProfileSession"] = "ProfileSession"
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    spec: ProfileSessionSpec
+    status: ProfileSessionStatus | None = None
+
+
+def describe_target(target: TargetSpec) -> str:
+    """The target as one short word pair for the Target column, e.g. ``pytorchjob/llama-ft``."""
+    if target.pytorch_job is not None:
+        return f"pytorchjob/{target.pytorch_job}"
+    if target.train_job is not None:
+        return f"trainjob/{target.train_job}"
+    selector = target.pod_selector
+    assert selector is not None, "TargetSpec validation guarantees exactly one target"
+    labels = [f"{key}={value}" for key, value in sorted(selector.match_labels.items())]
+    labels += [f"{req.key} {req.operator}" for req in selector.match_expressions]
+    return "pods/" + ",".join(labels)

@@ -1,0 +1,361 @@
+"""ProfileSession status: what the operator observed and concluded. Every field is observed state.
+
+The status stays small at any job size (well under 64 KiB at 1024 ranks, see
+tests/unit/api/test_status_size.py): counts instead of per-rank lists, and every list is
+capped. Per-rank detail lives in the report in object storage. A few short strings
+(`target`, `window.range`, `summary.stepTime`) exist only so ``kubectl get`` can show them
+as columns; the models fill them in from the numbers they summarise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Literal, Self
+
+from pydantic import Field, model_validator
+
+from stepscope.api.base import ApiModel
+from stepscope.api.meta import MAX_CONDITIONS, Condition
+
+# Lists of ranks in status name at most this many ranks; the counts say how many there were.
+MAX_LISTED_RANKS = 10
+MAX_FINDINGS = 10
+FINDING_TEXT_MAX_LENGTH = 512
+POD_NAME_MAX_LENGTH = 253
+FAILURE_REASON_MAX_LENGTH = 128
+URI_MAX_LENGTH = 1024
+
+Phase = Literal[
+    "Pending",
+    "Planning",
+    "Armed",
+    "Capturing",
+    "Collecting",
+    "Analyzing",
+    "Succeeded",
+    "PartiallySucceeded",
+    "Failed",
+]
+TERMINAL_PHASES: frozenset[str] = frozenset({"Succeeded", "PartiallySucceeded", "Failed"})
+Bottleneck = Literal[
+    "compute", "communication", "data-loading", "host-overhead", "idle", "straggler"
+]
+Severity = Literal["info", "low", "medium", "high"]
+Verdict = Literal["regression", "improvement", "unchanged", "inconclusive"]
+
+
+class StatusWindow(ApiModel):
+    """The global steps the session planned and captured, and when."""
+
+    start_step: int | None = Field(
+        None, ge=0, description="Observed state. First captured global step (inclusive)."
+    )
+    end_step: int | None = Field(
+        None, ge=0, description="Observed state. Last captured global step (inclusive)."
+    )
+    start_time: datetime | None = Field(
+        None, description="Observed state. When the first rank entered the window (RFC 3339)."
+    )
+    end_time: datetime | None = Field(
+        None, description="Observed state. When the last rank left the window (RFC 3339)."
+    )
+    range: str | None = Field(
+        None,
+        max_length=48,
+        description=(
+            "Observed state. The planned steps as 'start-end' for the Window column; filled "
+            "in from startStep and endStep."
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _fill_range(self) -> Self:
+        if self.start_step is not None and self.end_step is not None:
+            self.range = f"{self.start_step}-{self.end_step}"
+        return self
+
+
+class RankRef(ApiModel):
+    """One rank and the pod it runs in."""
+
+    rank: int = Field(ge=0, description="Observed state. Global rank number.")
+    pod: str | None = Field(
+        None, max_length=POD_NAME_MAX_LENGTH, description="Observed state. The rank's pod."
+    )
+
+
+class RankFailure(RankRef):
+    """A rank whose capture failed, and why."""
+
+    reason: str = Field(
+        max_length=FAILURE_REASON_MAX_LENGTH,
+        description="Observed state. Why the capture failed, in words for people.",
+    )
+
+
+class RanksStatus(ApiModel):
+    """How many ranks took part, and which did not."""
+
+    expected: int = Field(0, ge=0, description="Observed state. Ranks the target runs.")
+    captured: int = Field(
+        0, ge=0, description="Observed state. Ranks whose capture covered exactly the window."
+    )
+    misaligned: int = Field(
+        0, ge=0, description="Observed state. Ranks that captured a different step range."
+    )
+    missing: list[RankRef] = Field(
+        default_factory=list,
+        max_length=MAX_LISTED_RANKS,
+        description=(
+            "Observed state. Ranks that delivered no capture, lowest first, at most 10; "
+            "missingCount has the total."
+        ),
+    )
+    missing_count: int = Field(
+        0, ge=0, description="Observed state. Total number of ranks that delivered no capture."
+    )
+    failed: list[RankFailure] = Field(
+        default_factory=list,
+        max_length=MAX_LISTED_RANKS,
+        description=(
+            "Observed state. Ranks whose capture failed, with the reason, lowest first, at "
+            "most 10; failedCount has the total."
+        ),
+    )
+    failed_count: int = Field(
+        0, ge=0, description="Observed state. Total number of ranks whose capture failed."
+    )
+
+    @classmethod
+    def tally(
+        cls,
+        expected: int,
+        captured: int,
+        misaligned: int,
+        missing: Iterable[RankRef],
+        failed: Iterable[RankFailure],
+    ) -> RanksStatus:
+        """Counts plus the first `MAX_LISTED_RANKS` of each list, so any job size fits."""
+        missing = sorted(missing, key=lambda ref: ref.rank)
+        failed = sorted(failed, key=lambda ref: ref.rank)
+        return cls(
+            expected=expected,
+            captured=captured,
+            misaligned=misaligned,
+            missing=missing[:MAX_LISTED_RANKS],
+            missing_count=len(missing),
+            failed=failed[:MAX_LISTED_RANKS],
+            failed_count=len(failed),
+        )
+
+
+class StepTime(ApiModel):
+    """Step time across the window and the ranks, in milliseconds."""
+
+    p50: float = Field(ge=0, description="Observed state. Median step time, milliseconds.")
+    p95: float = Field(ge=0, description="Observed state. 95th percentile step time, milliseconds.")
+
+
+class Breakdown(ApiModel):
+    """Where the step time went, in percent of the step; the five parts sum to 100."""
+
+    compute: float = Field(ge=0, le=100, description="Observed state. Percent spent computing.")
+    exposed_communication: float = Field(
+        ge=0,
+        le=100,
+        description="Observed state. Percent in communication not hidden under compute.",
+    )
+    data_loading: float = Field(
+        ge=0, le=100, description="Observed state. Percent waiting for input data."
+    )
+    host_overhead: float = Field(
+        ge=0,
+        le=100,
+        description="Observed state. Percent the device starved while the host launched work.",
+    )
+    idle: float = Field(ge=0, le=100, description="Observed state. Percent in none of the above.")
+
+
+class Straggler(ApiModel):
+    """The rank that keeps the others waiting at collectives."""
+
+    rank: int = Field(ge=0, description="Observed state. Global rank number.")
+    pod: str | None = Field(
+        None, max_length=POD_NAME_MAX_LENGTH, description="Observed state. Its pod."
+    )
+    node: str | None = Field(
+        None, max_length=POD_NAME_MAX_LENGTH, description="Observed state. Its node."
+    )
+    excess_ms: float = Field(
+        ge=0,
+        description=(
+            "Observed state. How much later than the typical rank it reaches collectives, "
+            "milliseconds per step."
+        ),
+    )
+
+
+class Finding(ApiModel):
+    """One diagnosed pattern, with the evidence for it and what to do about it."""
+
+    id: str = Field(
+        max_length=63,
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+        description="Observed state. Stable pattern id, e.g. exposed-communication.",
+    )
+    severity: Severity = Field(description="Observed state. info, low, medium or high.")
+    evidence: str = Field(
+        max_length=FINDING_TEXT_MAX_LENGTH,
+        description="Observed state. The measured numbers that show the pattern, in a sentence.",
+    )
+    recommendation: str = Field(
+        max_length=FINDING_TEXT_MAX_LENGTH,
+        description="Observed state. What to change, concretely.",
+    )
+    confidence: float = Field(
+        ge=0, le=1, description="Observed state. How sure the analysis is, 0 to 1."
+    )
+
+
+class Summary(ApiModel):
+    """The analysed result, small enough for status; the full report is in artifacts."""
+
+    step_time_ms: StepTime | None = Field(
+        None, description="Observed state. Step time percentiles, milliseconds."
+    )
+    step_time: str | None = Field(
+        None,
+        max_length=32,
+        description=(
+            "Observed state. Median step time with its unit for the Step time column, "
+            "e.g. '412ms'; filled in from stepTimeMs."
+        ),
+    )
+    breakdown: Breakdown | None = Field(
+        None, description="Observed state. Where the step time went, percent of the step."
+    )
+    overlap: float | None = Field(
+        None,
+        ge=0,
+        le=100,
+        description="Observed state. Percent of communication time hidden under compute.",
+    )
+    straggler: Straggler | None = Field(
+        None, description="Observed state. The slowest rank, when one stands out."
+    )
+    bottleneck: Bottleneck | None = Field(
+        None,
+        description=(
+            "Observed state. What limits the step: compute, communication, data-loading, "
+            "host-overhead, idle or straggler."
+        ),
+    )
+    findings: list[Finding] = Field(
+        default_factory=list,
+        max_length=MAX_FINDINGS,
+        description="Observed state. Diagnosed patterns, most costly first, at most 10.",
+    )
+    profiler_overhead_pct: float | None = Field(
+        None,
+        ge=0,
+        description="Observed state. Measured slowdown of captured steps, percent.",
+    )
+
+    @model_validator(mode="after")
+    def _fill_step_time(self) -> Self:
+        if self.step_time_ms is not None:
+            self.step_time = format_milliseconds(self.step_time_ms.p50)
+        return self
+
+
+class BaselineComparison(ApiModel):
+    """This session against spec.baseline.sessionRef (or a schedule's rolling baseline)."""
+
+    session: str = Field(
+        max_length=POD_NAME_MAX_LENGTH, description="Observed state. The baseline session."
+    )
+    step_time_delta_pct: float = Field(
+        description="Observed state. Median step time change, percent; positive is slower."
+    )
+    verdict: Verdict = Field(
+        description="Observed state. regression, improvement, unchanged or inconclusive."
+    )
+    p_value: float | None = Field(
+        None, ge=0, le=1, description="Observed state. p-value of the step-time test."
+    )
+
+
+class StatusArtifacts(ApiModel):
+    """Where the session's artifacts are stored."""
+
+    uri: str | None = Field(
+        None,
+        max_length=URI_MAX_LENGTH,
+        description="Observed state. The session's prefix, s3://bucket/prefix/ns/name/uid/.",
+    )
+    report: str | None = Field(
+        None, max_length=URI_MAX_LENGTH, description="Observed state. The HTML report."
+    )
+    merged_trace: str | None = Field(
+        None,
+        max_length=URI_MAX_LENGTH,
+        description="Observed state. All ranks on one timeline; opens in Perfetto.",
+    )
+    size_bytes: int | None = Field(
+        None,
+        ge=0,
+        alias="bytes",
+        description="Observed state. Total stored size, bytes.",
+    )
+    expires_at: datetime | None = Field(
+        None, description="Observed state. When the artifacts are deleted (RFC 3339)."
+    )
+
+
+class ProfileSessionStatus(ApiModel):
+    """Observed state of a ProfileSession, written by the operator."""
+
+    phase: Phase | None = Field(
+        None,
+        description=(
+            "Observed state. Where the session is: Pending, Planning, Armed, Capturing, "
+            "Collecting, Analyzing, then Succeeded, PartiallySucceeded or Failed."
+        ),
+    )
+    observed_generation: int | None = Field(
+        None, ge=0, description="Observed state. The metadata.generation this status reflects."
+    )
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        max_length=MAX_CONDITIONS,
+        description="Observed state. Standard conditions, one per type.",
+        json_schema_extra={
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["type"],
+        },
+    )
+    target: str | None = Field(
+        None,
+        max_length=300,
+        description="Observed state. The resolved target as kind/name, for the Target column.",
+    )
+    window: StatusWindow | None = Field(None, description="Observed state. The planned window.")
+    ranks: RanksStatus | None = Field(None, description="Observed state. Rank accounting.")
+    summary: Summary | None = Field(None, description="Observed state. The analysed result.")
+    baseline_comparison: BaselineComparison | None = Field(
+        None, description="Observed state. Comparison with the baseline session."
+    )
+    artifacts: StatusArtifacts | None = Field(
+        None, description="Observed state. Where the artifacts are."
+    )
+
+
+def format_milliseconds(value: float) -> str:
+    """A duration in milliseconds, short and with its unit: 2.35ms, 41.2ms, 412ms, 1.23s."""
+    unit = "ms"
+    if value >= 999.5:
+        value, unit = value / 1000, "s"
+    # Three significant digits: enough to compare runs, short enough for a column.
+    decimals = 2 if value < 9.995 else 1 if value < 99.95 else 0
+    return f"{value:.{decimals}f}{unit}"

@@ -1,0 +1,47 @@
+"""A small DDP training job (CPU, gloo) for the e2e tests, run as every PyTorchJob replica.
+
+It knows nothing of stepscope: the injected hook finds its optimizer steps. ``--slow-rank``
+makes one rank sleep longer each step, so the others wait for it at the all-reduce and the
+analysis has a straggler to find.
+"""
+
+import argparse
+import os
+import time
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=1000)
+    parser.add_argument("--step-sleep", type=float, default=0.05)
+    parser.add_argument("--slow-rank", type=int, default=-1)
+    parser.add_argument("--slow-extra", type=float, default=0.0)
+    args = parser.parse_args()
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    torch.manual_seed(0)
+    model = DistributedDataParallel(
+        torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 8))
+    )
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    inputs, targets = torch.randn(32, 64), torch.randint(0, 8, (32,))
+    for _ in range(args.steps):
+        optimizer.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(inputs), targets)
+        # The sleep stands in for data loading / compute that differs per rank; it sits
+        # before backward so the slow rank reaches the all-reduce late.
+        time.sleep(args.step_sleep + (args.slow_extra if rank == args.slow_rank else 0.0))
+        loss.backward()
+        optimizer.step()
+    dist.destroy_process_group()
+    print(f"rank {rank} pid {os.getpid()} done", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,126 @@
+"""Objects for the e2e tests: PyTorchJobs whose pods carry the agent exactly as the
+injection webhook adds it, ProfileSessions, and waits on pods."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import jsonpatch
+from operator_helpers import MASTER_TOKEN
+from stepscope_operator.agent_contract import IMAGE_HOOK_DIR
+from stepscope_operator.agent_token import agent_token_for_namespace
+from stepscope_operator.injection import INJECT_LABEL, InjectionSettings, build_injection_patch
+
+E2E_DIR = Path(__file__).resolve().parent
+AGENT_PORT = 9464
+HOOK_SOURCE = E2E_DIR.parents[1] / "agent_image" / "hook"
+
+
+def pod_template(namespace: str, args: list[str], agent_port: int = AGENT_PORT) -> dict[str, Any]:
+    """A replica's pod template with the agent injected by the webhook's own patch function."""
+    pod = {
+        "metadata": {"labels": {INJECT_LABEL: "true"}},
+        "spec": {
+            "containers": [
+                {
+                    "name": "pytorch",
+                    "image": "python:3.11",
+                    "command": ["python", str(E2E_DIR / "ddp_job.py"), *args],
+                    "env": [{"name": "OMP_NUM_THREADS", "value": "1"}],
+                }
+            ]
+        },
+    }
+    settings = InjectionSettings(
+        agent_image="stepscope-agent:local",
+        agent_port=agent_port,
+        agent_token=agent_token_for_namespace(MASTER_TOKEN, namespace),
+    )
+    injected = jsonpatch.apply_patch(pod, build_injection_patch(pod, {}, settings))
+    for container in injected["spec"]["initContainers"]:
+        if container["name"] == "stepscope-hook-install":
+            # No image filesystem here: the image's hook directory is the repository's copy.
+            container["command"] = [
+                str(HOOK_SOURCE) if part == IMAGE_HOOK_DIR else part
+                for part in container["command"]
+            ]
+        if container["name"] == "stepscope-agent":
+            # Local pods share one host: the agent binds its pod's own loopback address.
+            container["env"].append(
+                {
+                    "name": "STEPSCOPE_AGENT_HOST",
+                    "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}},
+                }
+            )
+    return injected
+
+
+def pytorchjob(
+    namespace: str, name: str, workers: int, args: list[str], master_agent_port: int = AGENT_PORT
+) -> dict[str, Any]:
+    template = pod_template(namespace, args)
+    master = (
+        copy.deepcopy(template)
+        if master_agent_port == AGENT_PORT
+        else pod_template(namespace, args, master_agent_port)
+    )
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "pytorchReplicaSpecs": {
+                "Master": {"replicas": 1, "restartPolicy": "Never", "template": master},
+                "Worker": {"replicas": workers, "restartPolicy": "Never", "template": template},
+            }
+        },
+    }
+
+
+def apply(cluster: Any, obj: dict[str, Any]) -> None:
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(obj))
+
+
+def profile_session(namespace: str, name: str, job: str, **window: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "stepscope.dev/v1alpha1",
+        "kind": "ProfileSession",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "target": {"pytorchJob": job, "ranks": "all"},
+            "window": {
+                "steps": 5,
+                "warmupSteps": 1,
+                "leadSeconds": 2,
+                "timeoutSeconds": 120,
+                **window,
+            },
+            "granularity": "ops",
+        },
+    }
+
+
+def running_pods(cluster: Any, namespace: str, job: str) -> Callable[[], bool]:
+    def check() -> bool:
+        result = cluster.kubectl(
+            "get",
+            "pods",
+            "-n",
+            namespace,
+            "-l",
+            f"training.kubeflow.org/job-name={job}",
+            "-o",
+            "json",
+        )
+        pods = json.loads(result.stdout)["items"]
+        return (
+            bool(pods)
+            and all(p.get("status", {}).get("phase") == "Running" for p in pods)
+            and len(pods)
+        )
+
+    return check

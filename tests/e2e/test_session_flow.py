@@ -1,0 +1,87 @@
+"""The demo flow as a test: a 4-rank CPU PyTorchJob, a ProfileSession, and an analysed
+status, a story of Events, and the artifacts in S3; deleting the session removes them."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+from e2e_helpers import apply, profile_session, pytorchjob, running_pods
+from operator_helpers import get_session, session_events, session_phase, wait_for
+
+pytestmark = pytest.mark.e2e
+
+
+def test_session_from_apply_to_analysed_describe(e2e_cluster, namespace, operator_process):
+    cluster = e2e_cluster
+    apply(
+        cluster,
+        pytorchjob(namespace, "ddp", workers=3, args=["--steps", "3000", "--step-sleep", "0.05"]),
+    )
+    wait_for("4 running pods", running_pods(cluster, namespace, "ddp"), 180)
+    apply(cluster, profile_session(namespace, "ddp-profile", "ddp"))
+
+    final = wait_for(
+        "a final phase",
+        lambda: (
+            session_phase(cluster, namespace, "ddp-profile")
+            in ("Succeeded", "PartiallySucceeded", "Failed")
+        ),
+        180,
+        interval=1,
+    )
+    assert final
+    body = get_session(cluster, namespace, "ddp-profile")
+    status = body["status"]
+    assert status["phase"] == "Succeeded", json.dumps(status, indent=1)
+    assert status["observedGeneration"] == body["metadata"]["generation"]
+    assert status["target"] == "pytorchjob/ddp"
+    window = status["window"]
+    assert window["endStep"] - window["startStep"] == 4 and window["range"]
+    assert status["ranks"]["expected"] == 4 and status["ranks"]["captured"] == 4
+    summary = status["summary"]
+    assert summary["stepTimeMs"]["p50"] > 0 and summary["stepTime"].endswith(("ms", "s"))
+    assert summary["bottleneck"] in (
+        "compute",
+        "communication",
+        "data-loading",
+        "host-overhead",
+        "idle",
+    )
+    assert abs(sum(summary["breakdown"].values()) - 100) < 1.5
+    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+    assert ready["status"] == "True" and ready["reason"] == "AllRanksCaptured"
+
+    reasons = [e["reason"] for e in session_events(cluster, namespace, "ddp-profile")]
+    for phase in ("Planning", "Armed", "Collecting", "Analyzing", "Succeeded"):
+        assert phase in reasons, reasons
+    assert reasons.index("Armed") < reasons.index("Succeeded")
+
+    s3 = cluster.s3_client()
+    uri = status["artifacts"]["uri"]
+    prefix = uri.split("/", 3)[3]
+    keys = {
+        o["Key"][len(prefix) :]
+        for o in s3.list_objects_v2(Bucket=cluster.s3_bucket, Prefix=prefix)["Contents"]
+    }
+    for rank in range(4):
+        assert f"rank-{rank}/trace.json.gz" in keys and f"rank-{rank}/summary.json" in keys
+    assert {"summary.json", "report.html", "merged.trace.json.gz", "plan.json"} <= keys
+    merged = json.loads(
+        gzip.decompress(
+            s3.get_object(Bucket=cluster.s3_bucket, Key=prefix + "merged.trace.json.gz")[
+                "Body"
+            ].read()
+        )
+    )
+    assert {e["pid"] for e in merged["traceEvents"]} == {0, 1, 2, 3}
+    assert status["artifacts"]["bytes"] > 0 and status["artifacts"]["expiresAt"]
+
+    printed = cluster.kubectl("get", "profilesessions", "-n", namespace).stdout
+    assert "Succeeded" in printed and summary["stepTime"] in printed
+    described = cluster.kubectl("describe", "profilesession", "ddp-profile", "-n", namespace).stdout
+    assert "Armed" in described and "Succeeded" in described
+
+    cluster.kubectl("delete", "profilesession", "ddp-profile", "-n", namespace, "--timeout=60s")
+    assert s3.list_objects_v2(Bucket=cluster.s3_bucket, Prefix=prefix).get("KeyCount", 0) == 0

@@ -1,0 +1,32 @@
+"""One rank made slower is named in the status as the straggler, with its pod."""
+
+from __future__ import annotations
+
+import pytest
+from e2e_helpers import apply, profile_session, pytorchjob, running_pods
+from operator_helpers import get_session, session_phase, wait_for
+
+pytestmark = pytest.mark.e2e
+
+
+def test_slow_rank_is_named_with_its_pod(e2e_cluster, namespace, operator_process):
+    cluster = e2e_cluster
+    args = ["--steps", "3000", "--step-sleep", "0.03", "--slow-rank", "2", "--slow-extra", "0.08"]
+    apply(cluster, pytorchjob(namespace, "slow", workers=3, args=args))
+    wait_for("4 running pods", running_pods(cluster, namespace, "slow"), 180)
+    apply(cluster, profile_session(namespace, "slow-profile", "slow"))
+    wait_for(
+        "a final phase",
+        lambda: (
+            session_phase(cluster, namespace, "slow-profile")
+            in ("Succeeded", "PartiallySucceeded", "Failed")
+        ),
+        180,
+        interval=1,
+    )
+    status = get_session(cluster, namespace, "slow-profile")["status"]
+    assert status["phase"] == "Succeeded", status
+    straggler = status["summary"]["straggler"]
+    # Rank 2 is worker index 1 under the training operator's numbering.
+    assert straggler["rank"] == 2 and straggler["pod"] == "slow-worker-1", straggler
+    assert straggler["excessMs"] > 20

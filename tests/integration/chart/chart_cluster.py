@@ -1,0 +1,177 @@
+"""Names and helpers shared by the chart's tests against the local control plane: helm and
+kubectl calls, opted-in pods, and access reviews for the chart's service account."""
+
+from __future__ import annotations
+
+import base64
+import json
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from stepscope_operator.agent_contract import AGENT_CONTAINER_NAME
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+CHART_DIR = REPO_ROOT / "charts" / "stepscope"
+RELEASE = "stepscope"
+NAMESPACE = "stepscope-it"
+ACCOUNT = f"system:serviceaccount:{NAMESPACE}:{RELEASE}"
+S3_SECRET = "stepscope-s3"
+CRDS = ("profilesessions.stepscope.dev", "profileschedules.stepscope.dev")
+# The operator's console script, what the operator image's ENTRYPOINT runs.
+OPERATOR_COMMAND = [str(Path(sys.executable).with_name("stepscope-operator"))]
+# Pods in these tests are bound to a node nobody runs, so no pod runner ever starts them.
+NOWHERE = "stepscope-it-unscheduled"
+
+
+def helm(cluster, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    result = subprocess.run([str(cluster.bin_dir / "helm"), "--kubeconfig",
+                             str(cluster.kubeconfig), *args],
+                            check=False, capture_output=True, text=True, timeout=300)
+    if check and result.returncode != 0:
+        raise AssertionError(f"helm {' '.join(args[:2])} failed:\n{result.stdout}{result.stderr}")
+    return result
+
+
+def get_json(cluster, *args: str) -> dict:
+    return json.loads(cluster.kubectl("get", *args, "-o", "json").stdout)
+
+
+def ensure_namespace(cluster, name: str, labels: dict[str, str] | None = None) -> None:
+    cluster.kubectl("create", "namespace", name, check=False)
+    if labels:
+        cluster.kubectl("label", "--overwrite", "namespace", name,
+                        *[f"{k}={v}" for k, v in labels.items()])
+    # The ServiceAccount admission plugin refuses pods until the namespace's default account
+    # exists; the controller manager creates it shortly after the namespace.
+    deadline = time.monotonic() + 30
+    while cluster.kubectl("-n", name, "get", "serviceaccount", "default",
+                          check=False).returncode != 0:
+        assert time.monotonic() < deadline, f"no default ServiceAccount in {name}"
+        time.sleep(0.3)
+
+
+def adopt_existing_crds(cluster) -> None:
+    """CRDs another test applied with kubectl are handed to this release, the way Helm documents
+    adopting existing objects; otherwise `helm install` refuses to take them over."""
+    for crd in CRDS:
+        if cluster.kubectl("get", "crd", crd, check=False).returncode == 0:
+            cluster.kubectl("label", "--overwrite", "crd", crd, "app.kubernetes.io/managed-by=Helm")
+            cluster.kubectl("annotate", "--overwrite", "crd", crd,
+                            f"meta.helm.sh/release-name={RELEASE}",
+                            f"meta.helm.sh/release-namespace={NAMESPACE}")
+
+
+def access_review(verb: str, resource: str, namespace: str | None) -> dict:
+    """A SubjectAccessReview for the chart's account: what `kubectl auth can-i --as` asks, and
+    also answerable for resources whose CRDs are not installed (PyTorchJob, TrainJob)."""
+    plural, _, subresource = resource.partition("/")
+    plural, _, group = plural.partition(".")
+    attributes = {"verb": verb, "group": group, "resource": plural, "subresource": subresource}
+    if namespace:
+        attributes["namespace"] = namespace
+    return {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+            "spec": {"user": ACCOUNT, "resourceAttributes": attributes,
+                     "groups": ["system:serviceaccounts", f"system:serviceaccounts:{NAMESPACE}",
+                                "system:authenticated"]}}
+
+
+def json_documents(text: str) -> list[dict]:
+    """kubectl prints one JSON document per object it created, one after the other."""
+    decoder, documents, position = json.JSONDecoder(), [], 0
+    text = text.strip()
+    while position < len(text):
+        document, position = decoder.raw_decode(text, position)
+        documents.append(document)
+        while position < len(text) and text[position].isspace():
+            position += 1
+    return documents
+
+
+def allowed(cluster, questions: list[tuple[str, str, str | None]]) -> dict[str, bool]:
+    """Ask all (verb, resource, namespace) questions in one request; answers by 'verb resource'."""
+    reviews = {"apiVersion": "v1", "kind": "List",
+               "items": [access_review(*question) for question in questions]}
+    output = cluster.kubectl("create", "-o", "json", "-f", "-", input=json.dumps(reviews)).stdout
+    answers = json_documents(output)
+    return {f"{verb} {resource}": bool(answer["status"].get("allowed"))
+            for (verb, resource, _), answer in zip(questions, answers, strict=True)}
+
+
+def wait_for_port(port: int, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket() as probe:
+            probe.settimeout(1)
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.3)
+    raise AssertionError(f"nothing listens on 127.0.0.1:{port} after {timeout}s")
+
+
+def trainer_pod(labels: dict[str, str] | None = None, restricted: bool = False) -> dict:
+    container = {"name": "pytorch", "image": "trainer:1",
+                 "command": ["torchrun", "--nproc-per-node=2", "train.py"],
+                 "env": [{"name": "PYTHONPATH", "value": "/app"}]}
+    spec = {"containers": [container], "restartPolicy": "Never", "nodeName": NOWHERE,
+            "automountServiceAccountToken": False}
+    if restricted:
+        spec["securityContext"] = {"runAsNonRoot": True, "runAsUser": 1000,
+                                   "seccompProfile": {"type": "RuntimeDefault"}}
+        container["securityContext"] = {"allowPrivilegeEscalation": False,
+                                        "capabilities": {"drop": ["ALL"]}}
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"generateName": "trainer-", "labels": labels or {}}, "spec": spec}
+
+
+def create_pod(cluster, namespace: str, pod: dict, *extra: str) -> dict:
+    result = cluster.kubectl("-n", namespace, "create", "-f", "-", "-o", "json", *extra,
+                             input=json.dumps(pod))
+    return json.loads(result.stdout)
+
+
+def is_mutated(pod: dict) -> bool:
+    names = [c["name"] for c in pod["spec"].get("initContainers", [])]
+    return AGENT_CONTAINER_NAME in names
+
+
+def master_token(cluster) -> str:
+    secret = get_json(cluster, "-n", NAMESPACE, "secret", f"{RELEASE}-agent-token")
+    return base64.b64decode(secret["data"]["token"]).decode()
+
+
+TRAINING_LOOP = """
+import time, torch
+model = torch.nn.Linear(16, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+while True:
+    loss = model(torch.randn(32, 16)).pow(2).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    time.sleep(0.02)
+"""
+
+
+def agent_status(pod: dict, token: str) -> dict | None:
+    url = f"http://{pod['status']['podIP']}:9464/v1/status"
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
+    try:
+        with urllib.request.urlopen(request, timeout=3) as response:
+            return json.loads(response.read())
+    except OSError:
+        return None
+
+
+def wait_until(condition, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = condition()
+        if result:
+            return result
+        time.sleep(1)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+

@@ -1,0 +1,49 @@
+"""Fixtures for the local pod runner and the training operator on top of `local_cluster`.
+
+Both components are started at most once per cluster (a second start returns the running
+process) and are recorded in the cluster's pids, so `local_cluster`'s teardown stops them.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+from harness_kube import wait_for
+from stepscope_dev.podrunner import start_podrunner
+from stepscope_dev.training_operator import start_training_operator
+
+
+@pytest.fixture(scope="session")
+def pod_runner(local_cluster):
+    """The runner's data dir (pod directories and container logs under ``pods/``)."""
+    start_podrunner(local_cluster, die_with_parent=True)
+    return local_cluster.root / "podrunner"
+
+
+@pytest.fixture(scope="session")
+def training_operator(local_cluster, pod_runner):
+    start_training_operator(local_cluster, die_with_parent=True)
+
+
+@pytest.fixture
+def namespace(local_cluster, pod_runner):
+    """A fresh namespace whose default ServiceAccount exists (pods are refused before that)."""
+    name = f"harness-{uuid.uuid4().hex[:8]}"
+    local_cluster.kubectl("create", "namespace", name)
+    wait_for(lambda: local_cluster.kubectl("get", "serviceaccount", "default", "-n", name,
+                                           check=False).returncode == 0,
+             timeout=60, what=f"ServiceAccount {name}/default")
+    yield name
+    local_cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.fixture
+def apply(local_cluster):
+    def apply_objects(*objects: dict) -> None:
+        local_cluster.kubectl("apply", "-f", "-",
+                              input=json.dumps({"apiVersion": "v1", "kind": "List",
+                                                "items": list(objects)}))
+
+    return apply_objects

@@ -1,0 +1,104 @@
+"""The operator with nothing but the permissions the chart grants its ServiceAccount: a real
+token for that account, the chart's rendered RBAC, and a session from create to delete."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import yaml
+from operator_helpers import (
+    REPO_ROOT,
+    OperatorProcess,
+    get_session,
+    operator_env,
+    session_phase,
+    wait_for,
+)
+
+RELEASE_NAMESPACE = "stepscope-system"
+
+
+def _render_rbac(local_cluster) -> list[dict]:
+    rendered = subprocess.run(
+        [
+            str(local_cluster.bin_dir / "helm"),
+            "template",
+            "stepscope",
+            str(REPO_ROOT / "charts" / "stepscope"),
+            "--namespace",
+            RELEASE_NAMESPACE,
+            "--show-only",
+            "templates/rbac.yaml",
+            "--show-only",
+            "templates/serviceaccount.yaml",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout
+    return [doc for doc in yaml.safe_load_all(rendered) if doc]
+
+
+def _token_kubeconfig(local_cluster, service_account: str, path) -> None:
+    token = local_cluster.kubectl(
+        "create", "token", service_account, "-n", RELEASE_NAMESPACE, "--duration=1h"
+    ).stdout.strip()
+    admin = yaml.safe_load(local_cluster.kubeconfig.read_text())
+    cluster = admin["clusters"][0]
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [cluster],
+                "users": [{"name": service_account, "user": {"token": token}}],
+                "contexts": [
+                    {"name": "sa", "context": {"cluster": cluster["name"], "user": service_account}}
+                ],
+                "current-context": "sa",
+            }
+        )
+    )
+
+
+def test_session_lifecycle_with_only_the_charts_permissions(
+    local_cluster, session_crds, namespace, tmp_path
+):
+    local_cluster.kubectl("create", "namespace", RELEASE_NAMESPACE, check=False)
+    objects = _render_rbac(local_cluster)
+    local_cluster.kubectl(
+        "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects})
+    )
+    account = next(o for o in objects if o["kind"] == "ServiceAccount")["metadata"]["name"]
+    kubeconfig = tmp_path / "operator.kubeconfig"
+    _token_kubeconfig(local_cluster, account, kubeconfig)
+
+    operator = OperatorProcess(
+        operator_env(local_cluster, KUBECONFIG=str(kubeconfig)), tmp_path / "operator.log"
+    )
+    operator.start()
+    try:
+        session = {
+            "apiVersion": "stepscope.dev/v1alpha1",
+            "kind": "ProfileSession",
+            "metadata": {"name": "rbac-check", "namespace": namespace},
+            "spec": {"target": {"pytorchJob": "absent"}},
+        }
+        local_cluster.kubectl("apply", "-f", "-", input=json.dumps(session))
+        wait_for(
+            "phase Failed",
+            lambda: session_phase(local_cluster, namespace, "rbac-check") == "Failed",
+            30,
+        )
+        body = get_session(local_cluster, namespace, "rbac-check")
+        ready = next(c for c in body["status"]["conditions"] if c["type"] == "Ready")
+        assert ready["reason"] == "TargetNotFound"
+        local_cluster.kubectl(
+            "delete", "profilesession", "rbac-check", "-n", namespace, "--timeout=60s"
+        )
+    finally:
+        operator.stop()
+    logs = operator.logs()
+    assert "Forbidden" not in logs and " 403" not in logs, logs[-4000:]

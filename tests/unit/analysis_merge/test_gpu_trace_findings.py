@@ -1,0 +1,21 @@
+"""Findings on the public GPU traces in ../shared/traces/gpu (see NOTICE.md there)."""
+
+from __future__ import annotations
+
+from stepscope.analysis.merge import merge_ranks
+from stepscope.analysis.summary import summarize_rank
+
+
+def test_fp32_resnet_on_volta_is_compute_bound_without_tensor_cores(shared_traces):
+    job = merge_ranks([summarize_rank(shared_traces / "resnet-1rank-nccl-rank0.json.gz")])
+    assert job.bottleneck == "compute"
+    # volta_sgemm_* and scudnn kernels are FP32 SIMT kernels: no tensor cores.
+    assert [f.id for f in job.findings] == ["no-tensor-cores"]
+    assert job.findings[0].evidence.numbers["tensor_core_ms"] == 0.0
+
+
+def test_mostly_idle_gpu_is_reported_as_underutilized(shared_traces):
+    job = merge_ranks([summarize_rank(shared_traces / "ddp-2rank-nccl-rank0.json.gz")])
+    top = job.findings[0]
+    assert top.id == "gpu-underutilization"
+    assert top.evidence.numbers["idle_pct"] > 50

@@ -1,0 +1,127 @@
+"""The operator Deployment: restricted Pod Security, kopf's liveness endpoint as probes,
+settings the operator understands, and S3 credentials only by reference."""
+
+import pytest
+from chart_rendering import by_kind, helm_template_text, one, render
+from stepscope_operator.settings import ENV as OPERATOR_ENV
+from stepscope_operator.webhook import ENV as WEBHOOK_ENV
+from stepscope_operator.webhook import load_webhook_settings
+
+
+def operator_container(objects):
+    deployment = one(objects, "Deployment")
+    [container] = deployment["spec"]["template"]["spec"]["containers"]
+    return deployment, container
+
+
+def test_pod_meets_the_restricted_pod_security_standard(tmp_path):
+    deployment, container = operator_container(render(None, tmp_path))
+    pod_context = deployment["spec"]["template"]["spec"]["securityContext"]
+    assert pod_context["runAsNonRoot"] is True
+    assert pod_context["seccompProfile"] == {"type": "RuntimeDefault"}
+    context = container["securityContext"]
+    assert context["allowPrivilegeEscalation"] is False
+    assert context["capabilities"] == {"drop": ["ALL"]}
+    assert context["readOnlyRootFilesystem"] is True
+    assert context["runAsNonRoot"] is True
+
+
+def test_probes_use_the_kopf_liveness_endpoint(tmp_path):
+    _, container = operator_container(render({"operator": {"healthPort": 8181}}, tmp_path))
+    assert "--liveness=http://0.0.0.0:8181/healthz" in container["args"]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports["health"] == 8181
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert container[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
+
+
+def test_every_setting_the_chart_passes_is_one_the_operator_reads(tmp_path):
+    _, container = operator_container(render({
+        "operator": {"watchNamespace": "team-a"},
+        "s3": {"endpoint": "http://s3:9000", "agentEndpoint": "http://s3.x:9000",
+               "credentialsSecret": {"name": "s3-keys"}},
+    }, tmp_path))
+    known = set(OPERATOR_ENV.values()) | set(WEBHOOK_ENV.values())
+    passed = {e["name"] for e in container["env"]}
+    assert passed - known == set(), f"the operator reads no such settings: {passed - known}"
+
+
+def test_no_credentials_by_default_and_only_secret_references_when_asked(tmp_path):
+    objects = render(None, tmp_path)
+    _, container = operator_container(objects)
+    names = {e["name"] for e in container["env"]}
+    assert not names & {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}
+
+    _, container = operator_container(render({"s3": {"credentialsSecret": {"name": "keys"}}},
+                                             tmp_path))
+    env = {e["name"]: e for e in container["env"]}
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        assert "value" not in env[name]
+        assert env[name]["valueFrom"]["secretKeyRef"] == {"name": "keys", "key": name}
+
+
+def test_agent_token_secret_is_generated_and_mounted(tmp_path):
+    objects = render(None, tmp_path)
+    deployment, container = operator_container(objects)
+    [token] = [s for s in by_kind(objects, "Secret") if s["type"] == "Opaque"]
+    assert len(token["data"]["token"]) >= 48
+    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["agent-token"]["secret"]["secretName"] == token["metadata"]["name"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    mount = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}["agent-token"]
+    assert env["STEPSCOPE_AGENT_TOKEN_FILE"] == f"{mount}/token"
+
+
+def test_an_existing_token_secret_replaces_the_generated_one(tmp_path):
+    objects = render({"agent": {"token": {"existingSecret": "my-token"}}}, tmp_path)
+    assert not [s for s in by_kind(objects, "Secret") if s["type"] == "Opaque"]
+    deployment, _ = operator_container(objects)
+    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["agent-token"]["secret"]["secretName"] == "my-token"
+
+
+def test_images_are_pinned_by_digest_when_given(tmp_path):
+    digest = "sha256:" + "a" * 64
+    _, container = operator_container(render({
+        "operator": {"image": {"digest": digest}}, "agent": {"image": {"tag": "9.9.9"}}},
+        tmp_path))
+    assert container["image"] == f"ghcr.io/stepscope/stepscope-operator@{digest}"
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["STEPSCOPE_AGENT_IMAGE"] == "ghcr.io/stepscope/stepscope-agent:9.9.9"
+
+
+@pytest.mark.parametrize("replicas", [0, 1])
+def test_zero_or_one_replica_and_recreate_on_upgrade(tmp_path, replicas):
+    deployment, _ = operator_container(render({"operator": {"replicas": replicas}}, tmp_path))
+    assert deployment["spec"]["replicas"] == replicas
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+
+
+def test_two_replicas_are_refused_with_the_reason(tmp_path):
+    result = helm_template_text({"operator": {"replicas": 2}}, tmp_path, check=False)
+    assert result.returncode != 0 and "operator.replicas must be 0 or 1" in result.stderr
+
+
+def test_crds_are_kept_on_uninstall_and_optional(tmp_path):
+    crds = by_kind(render(None, tmp_path), "CustomResourceDefinition")
+    assert sorted(c["metadata"]["name"] for c in crds) == [
+        "profileschedules.stepscope.dev", "profilesessions.stepscope.dev"]
+    for crd in crds:
+        assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    assert by_kind(render({"crds": {"install": False}}, tmp_path), "CustomResourceDefinition") == []
+
+
+def test_agent_network_policies_only_in_listed_namespaces(tmp_path):
+    objects = render({"networkPolicy": {"agentNamespaces": ["team-a"]}}, tmp_path)
+    policies = {p["metadata"]["namespace"]: p for p in by_kind(objects, "NetworkPolicy")}
+    agent = policies["team-a"]
+    assert agent["spec"]["podSelector"] == {"matchLabels": {"stepscope.dev/agent": "injected"}}
+    assert agent["spec"]["ingress"][0]["ports"] == [{"port": 9464, "protocol": "TCP"}]
+    assert len(policies) == 2
+
+
+def test_sidecar_resources_reach_the_webhook_settings(tmp_path):
+    resources = {"requests": {"cpu": "250m", "memory": "512Mi"}, "limits": {"memory": "2Gi"}}
+    _, container = operator_container(render({"agent": {"resources": resources}}, tmp_path))
+    env = {e["name"]: e.get("value") for e in container["env"] if "value" in e}
+    assert load_webhook_settings(env).agent_resources == resources

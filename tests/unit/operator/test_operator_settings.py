@@ -1,0 +1,106 @@
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from stepscope_operator.settings import (
+    CONFIG_FILE_ENV,
+    ENV,
+    OperatorSettings,
+    SettingsError,
+    load_settings,
+    parse_duration,
+)
+
+
+def test_defaults_need_no_environment():
+    settings = load_settings({})
+    assert settings.agent_port == 9464
+    assert settings.default_retention == timedelta(hours=168)
+    assert settings.watch_namespace is None
+    assert settings.max_bytes_per_rank == 1024**3
+
+
+def test_environment_overrides_file(tmp_path: Path):
+    config = tmp_path / "operator.yaml"
+    config.write_text("s3_bucket: from-file\nagent_port: 1234\ndefault_retention: 2d\n")
+    settings = load_settings(
+        {
+            CONFIG_FILE_ENV: str(config),
+            "STEPSCOPE_AGENT_PORT": "9999",
+            "STEPSCOPE_WATCH_NAMESPACE": "",
+        }
+    )
+    assert settings.s3_bucket == "from-file"
+    assert settings.agent_port == 9999
+    assert settings.default_retention == timedelta(days=2)
+    assert settings.watch_namespace is None
+
+
+def test_invalid_value_names_the_variable():
+    with pytest.raises(SettingsError, match="STEPSCOPE_AGENT_PORT"):
+        load_settings({"STEPSCOPE_AGENT_PORT": "not-a-port"})
+    with pytest.raises(SettingsError, match="STEPSCOPE_DEFAULT_RETENTION.*168h"):
+        load_settings({"STEPSCOPE_DEFAULT_RETENTION": "a week"})
+
+
+def test_unknown_file_key_is_refused(tmp_path: Path):
+    config = tmp_path / "operator.yaml"
+    config.write_text("s3_bukket: typo\n")
+    with pytest.raises(SettingsError, match="s3_bukket"):
+        load_settings({CONFIG_FILE_ENV: str(config)})
+
+
+def test_every_field_has_an_env_variable_and_a_description():
+    assert set(ENV) == set(OperatorSettings.model_fields)
+    for name, field in OperatorSettings.model_fields.items():
+        assert field.description, name
+
+
+@pytest.mark.parametrize(
+    "text, seconds",
+    [("168h", 168 * 3600), ("1h30m", 5400), ("7d", 7 * 86400), ("45", 45), ("1.5h", 5400)],
+)
+def test_parse_duration(text, seconds):
+    assert parse_duration(text) == timedelta(seconds=seconds)
+
+
+@pytest.mark.parametrize("text", ["", "h", "10x", "1h 2q", "-5m"])
+def test_parse_duration_rejects_garbage(text):
+    with pytest.raises(ValueError, match="duration"):
+        parse_duration(text)
+
+
+def test_agent_token_from_file(tmp_path: Path):
+    token_file = tmp_path / "token"
+    token_file.write_text("s3cret\n")
+    assert (
+        load_settings({"STEPSCOPE_AGENT_TOKEN_FILE": str(token_file)}).resolved_agent_token()
+        == "s3cret"
+    )
+    assert load_settings({"STEPSCOPE_AGENT_TOKEN": "direct"}).resolved_agent_token() == "direct"
+    with pytest.raises(SettingsError, match="STEPSCOPE_AGENT_TOKEN_FILE"):
+        load_settings({}).resolved_agent_token()
+    with pytest.raises(SettingsError, match="cannot be read"):
+        load_settings(
+            {"STEPSCOPE_AGENT_TOKEN_FILE": str(tmp_path / "missing")}
+        ).resolved_agent_token()
+
+
+def test_agent_endpoint_defaults_to_operator_endpoint():
+    assert (
+        load_settings({"STEPSCOPE_S3_ENDPOINT": "http://s3:9000"}).agent_s3_endpoint
+        == "http://s3:9000"
+    )
+    both = load_settings(
+        {
+            "STEPSCOPE_S3_ENDPOINT": "http://s3:9000",
+            "STEPSCOPE_S3_AGENT_ENDPOINT": "http://pub:9000",
+        }
+    )
+    assert both.agent_s3_endpoint == "http://pub:9000"
+
+
+def test_every_variable_is_documented():
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "operator-settings.md").read_text()
+    missing = [variable for variable in ENV.values() if f"`{variable}`" not in doc]
+    assert not missing, f"add {missing} to docs/operator-settings.md"

@@ -1,0 +1,184 @@
+import pytest
+from stepscope_operator.targets import (
+    RankTarget,
+    TargetError,
+    TargetKind,
+    group_by_pod,
+    label_selector_for,
+    resolve_targets,
+)
+
+
+def pod(
+    name,
+    labels=None,
+    env=None,
+    node="node-a",
+    phase="Running",
+    ip="127.0.0.2",
+    created="2026-01-01T00:00:00Z",
+    annotations=None,
+):
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "team-a",
+            "labels": labels or {},
+            "annotations": annotations or {},
+            "creationTimestamp": created,
+        },
+        "spec": {
+            "nodeName": node,
+            "containers": [
+                {"name": "stepscope-agent", "env": [{"name": "RANK", "value": "99"}]},
+                {"name": "pytorch", "env": env or []},
+            ],
+        },
+        "status": {"phase": phase, "podIP": ip},
+    }
+
+
+def ptj_pod(name, replica_type, index, **kw):
+    labels = {
+        "training.kubeflow.org/job-name": "llama",
+        "training.kubeflow.org/replica-type": replica_type,
+        "training.kubeflow.org/replica-index": str(index),
+    }
+    return pod(name, labels=labels, **kw)
+
+
+def test_pytorchjob_labels_map_master_to_zero_and_worker_i_to_i_plus_one():
+    pods = [
+        ptj_pod("llama-worker-1", "worker", 1),
+        ptj_pod("llama-master-0", "master", 0),
+        ptj_pod("llama-worker-0", "worker", 0),
+    ]
+    targets = resolve_targets("pytorchJob", "all", pods)
+    assert [(t.rank, t.pod) for t in targets] == [
+        (0, "llama-master-0"),
+        (1, "llama-worker-0"),
+        (2, "llama-worker-1"),
+    ]
+    assert all(t.trace for t in targets)
+    assert (
+        targets[0].namespace == "team-a"
+        and targets[0].node == "node-a"
+        and targets[0].pod_ip == "127.0.0.2"
+    )
+
+
+def test_rank_env_wins_over_labels_and_agent_container_is_ignored():
+    pods = [ptj_pod("w", "worker", 0, env=[{"name": "RANK", "value": "5"}])]
+    assert resolve_targets(TargetKind.PYTORCH_JOB, "all", pods)[0].rank == 5
+
+
+def test_torchrun_pods_hold_several_ranks():
+    env = [
+        {"name": "PET_NPROC_PER_NODE", "value": "2"},
+        {"name": "PET_NODE_RANK", "value": "1"},
+        {"name": "RANK", "value": "1"},
+    ]
+    targets = resolve_targets("pytorchJob", "all", [ptj_pod("w", "worker", 0, env=env)])
+    assert [(t.rank, t.local_rank) for t in targets] == [(2, 0), (3, 1)]
+
+
+def test_trainjob_uses_node_rank_from_completion_index_field_ref():
+    env = [
+        {"name": "PET_NPROC_PER_NODE", "value": "2"},
+        {
+            "name": "PET_NODE_RANK",
+            "valueFrom": {
+                "fieldRef": {
+                    "fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+                }
+            },
+        },
+    ]
+    pods = [
+        pod(
+            f"tj-node-0-{i}",
+            labels={
+                "jobset.sigs.k8s.io/jobset-name": "tj",
+                "jobset.sigs.k8s.io/replicatedjob-name": "node",
+            },
+            annotations={"batch.kubernetes.io/job-completion-index": str(i)},
+            env=env,
+            node=f"n{i}",
+        )
+        for i in (1, 0)
+    ]
+    targets = resolve_targets("trainJob", "one-per-node", pods)
+    assert [(t.rank, t.pod, t.trace) for t in targets] == [
+        (0, "tj-node-0-0", True),
+        (1, "tj-node-0-0", False),
+        (2, "tj-node-0-1", True),
+        (3, "tj-node-0-1", False),
+    ]
+
+
+def test_trainjob_falls_back_to_job_index_label():
+    labels = {
+        "jobset.sigs.k8s.io/jobset-name": "tj",
+        "jobset.sigs.k8s.io/replicatedjob-name": "node",
+        "jobset.sigs.k8s.io/job-index": "3",
+    }
+    assert resolve_targets("trainJob", "all", [pod("p", labels=labels)])[0].rank == 3
+
+
+def test_pod_selector_numbers_pods_by_name_without_rank_env():
+    targets = resolve_targets(
+        "podSelector", "all", [pod("b"), pod("a"), pod("c", env=[{"name": "RANK", "value": "7"}])]
+    )
+    assert [(t.rank, t.pod) for t in targets] == [(0, "a"), (1, "b"), (7, "c")]
+
+
+def test_explicit_rank_list_and_ranges():
+    pods = [ptj_pod(f"w{i}", "worker", i) for i in range(8)]  # ranks 1..8
+    targets = resolve_targets("pytorchJob", "1,3-4, 8", pods)
+    assert {t.rank for t in targets if t.trace} == {1, 3, 4, 8}
+    assert len(targets) == 8  # untraced ranks still report step timings
+
+
+@pytest.mark.parametrize(
+    "ranks, message",
+    [("0,9", r"rank\(s\) \[0, 9\]"), ("one,two", "not understood"), ("5-2", "backwards")],
+)
+def test_bad_rank_selection_names_the_field(ranks, message):
+    pods = [ptj_pod(f"w{i}", "worker", i) for i in range(4)]
+    with pytest.raises(TargetError, match=message) as err:
+        resolve_targets("pytorchJob", ranks, pods)
+    assert "spec.target.ranks" in str(err.value)
+
+
+def test_finished_and_deleting_pods_are_skipped_and_newest_pod_wins():
+    old = ptj_pod("w-old", "worker", 0, created="2026-01-01T00:00:00Z")
+    new = ptj_pod("w-new", "worker", 0, created="2026-01-02T00:00:00Z")
+    done = ptj_pod("w-done", "worker", 1, phase="Succeeded")
+    deleting = ptj_pod("w-del", "worker", 2)
+    deleting["metadata"]["deletionTimestamp"] = "2026-01-02T00:00:00Z"
+    targets = resolve_targets("pytorchJob", "all", [old, new, done, deleting])
+    assert [(t.rank, t.pod) for t in targets] == [(1, "w-new")]
+
+
+def test_no_live_pods_is_an_error():
+    with pytest.raises(TargetError, match="no running or pending pods"):
+        resolve_targets("pytorchJob", "all", [ptj_pod("w", "worker", 0, phase="Failed")])
+
+
+def test_pod_without_any_rank_hint_is_an_error():
+    with pytest.raises(TargetError, match="no RANK env"):
+        resolve_targets("pytorchJob", "all", [pod("stray")])
+
+
+def test_selectors_and_grouping():
+    assert (
+        label_selector_for(TargetKind.PYTORCH_JOB, "llama")
+        == "training.kubeflow.org/job-name=llama"
+    )
+    assert "replicatedjob-name=node" in label_selector_for(TargetKind.TRAIN_JOB, "tj")
+    assert label_selector_for(TargetKind.POD_SELECTOR, {"b": "2", "a": "1"}) == "a=1,b=2"
+    targets = [RankTarget(rank=r, pod=f"p{r // 2}", namespace="n") for r in (3, 0, 2, 1)]
+    assert {k: [t.rank for t in v] for k, v in group_by_pod(targets).items()} == {
+        "p0": [0, 1],
+        "p1": [2, 3],
+    }

@@ -1,0 +1,203 @@
+from datetime import UTC, datetime, timedelta
+
+from stepscope_operator.following import PodObservation
+from stepscope_operator.status import (
+    final_phase,
+    judge_ranks,
+    phase_event,
+    ready_condition,
+    set_condition,
+    summary_from_job,
+    tally_ranks,
+)
+from stepscope_operator.targets import RankTarget
+
+from stepscope.analysis.job_model import Evidence, Finding, JobSummary, Placement, Straggler
+from stepscope.analysis.summary_model import Breakdown, RankSummary, StepRecord
+from stepscope.api.agent import CaptureStatus, RankCaptureStatus
+from stepscope.api.session_status import MAX_LISTED_RANKS, ProfileSessionStatus
+
+NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+
+
+def targets(n, per_pod=1):
+    return [RankTarget(rank=r, pod=f"pod-{r // per_pod}", namespace="ns") for r in range(n)]
+
+
+def capture(*ranks, state="done"):
+    return CaptureStatus(capture_id="c", state=state, start_step=10, end_step=14, ranks=list(ranks))
+
+
+def rank(r, state="done", first=10, last=14, reason=None):
+    return RankCaptureStatus(
+        rank=r,
+        state=state,
+        first_step=first,
+        last_step=last,
+        steps_captured=5,
+        reason=reason,
+        summary={"rank": r},
+    )
+
+
+def test_every_rank_captured_is_success():
+    obs = {f"pod-{r}": PodObservation(pod=f"pod-{r}", capture=capture(rank(r))) for r in range(3)}
+    outcomes = judge_ranks(targets(3), obs, 10, 14)
+    assert [o.verdict for o in outcomes] == ["captured"] * 3
+    assert outcomes[1].summary == {"rank": 1}
+    ranks = tally_ranks(outcomes)
+    assert (ranks.expected, ranks.captured, ranks.missing_count, ranks.failed_count) == (3, 3, 0, 0)
+    assert final_phase(ranks)[0] == "Succeeded"
+
+
+def test_unreachable_pod_is_missing_and_named_in_partial_success():
+    obs = {
+        "pod-0": PodObservation(pod="pod-0", capture=capture(rank(0))),
+        "pod-1": PodObservation(
+            pod="pod-1", error="agent in pod pod-1: GET /v1/captures/c timed out"
+        ),
+        "pod-2": PodObservation(
+            pod="pod-2",
+            capture=capture(
+                rank(2, state="not_reached", first=None, last=None, reason="deadline passed"),
+                state="not_reached",
+            ),
+        ),
+        "pod-3": PodObservation(pod="pod-3", capture=capture(rank(3, first=11, last=15))),
+    }
+    ranks = tally_ranks(judge_ranks(targets(4), obs, 10, 14))
+    assert ranks.captured == 1 and ranks.misaligned == 1
+    assert [(r.rank, r.pod) for r in ranks.missing] == [(1, "pod-1")]
+    assert ranks.failed[0].rank == 2 and "not_reached: deadline passed" in ranks.failed[0].reason
+    phase, reason, message = final_phase(ranks)
+    assert phase == "PartiallySucceeded" and reason == "SomeRanksMissing"
+    assert (
+        "rank 1 (pod pod-1)" in message
+        and "1 misaligned" in message
+        and "rank 2 (pod pod-2)" in message
+    )
+
+
+def test_rank_still_capturing_at_deadline_fails_and_nothing_captured_is_failed():
+    obs = {
+        "pod-0": PodObservation(
+            pod="pod-0",
+            capture=capture(rank(0, state="capturing"), rank(1, state="armed"), state="armed"),
+        )
+    }
+    ranks = tally_ranks(judge_ranks(targets(2, per_pod=2), obs, 10, 14))
+    assert [f.reason for f in ranks.failed] == [
+        "still capturing at the deadline",
+        "still armed at the deadline",
+    ]
+    assert final_phase(ranks)[:2] == ("Failed", "NoRankCaptured")
+
+
+def test_rank_lists_are_capped_but_counted():
+    ranks = tally_ranks(judge_ranks(targets(100), {}, 0, 4))
+    assert ranks.missing_count == 100 and len(ranks.missing) == MAX_LISTED_RANKS
+    assert f"and {100 - MAX_LISTED_RANKS} more" in final_phase(ranks)[2]
+
+
+def test_condition_transition_time_moves_only_on_flip():
+    later = NOW + timedelta(minutes=1)
+    conditions = set_condition([], "Ready", "False", "Planning", "planning", 1, NOW)
+    conditions = set_condition(conditions, "Ready", "False", "Armed", "armed", 2, later)
+    assert len(conditions) == 1 and conditions[0].last_transition_time == NOW
+    assert conditions[0].reason == "Armed" and conditions[0].observed_generation == 2
+    conditions = set_condition(conditions, "Ready", "True", "Succeeded", "done", 2, later)
+    assert conditions[0].last_transition_time == later
+    status = ProfileSessionStatus(phase="Succeeded", conditions=conditions)
+    assert status.to_wire()["conditions"][0]["observedGeneration"] == 2
+
+
+def test_ready_condition_and_events():
+    assert ready_condition("Capturing", None, None) == (
+        "False",
+        "Capturing",
+        "ranks are capturing the window",
+    )
+    assert ready_condition("PartiallySucceeded", "SomeRanksMissing", "m")[0] == "True"
+    assert ready_condition("Failed", "TargetNotFound", "no job")[:2] == ("False", "TargetNotFound")
+    assert phase_event("Failed", "x")[0] == "Warning"
+    assert phase_event("Armed", "x")[0] == "Normal"
+
+
+def _rank_summary(r, step_ms):
+    bd = Breakdown(
+        compute_ms=step_ms * 0.5,
+        comm_exposed_ms=step_ms * 0.3,
+        comm_overlapped_ms=step_ms * 0.1,
+        data_loading_ms=step_ms * 0.1,
+        idle_ms=step_ms * 0.1,
+        total_ms=step_ms,
+    )
+    steps = [
+        StepRecord(step=s, start_us=0, end_us=step_ms * 1000, duration_ms=step_ms, breakdown=bd)
+        for s in (10, 11)
+    ]
+    return RankSummary(rank=r, device_kind="cpu", steps=steps, breakdown=bd)
+
+
+def test_summary_maps_job_to_the_api_shape():
+    ranks = [_rank_summary(0, 100.0), _rank_summary(1, 140.0)]
+    job = JobSummary(
+        ranks=ranks,
+        placement={1: Placement(pod="w-0", node="n1")},
+        world_size=2,
+        common_steps=[10, 11],
+        median_step_ms=120.0,
+        mean_breakdown=Breakdown(
+            compute_ms=60,
+            comm_exposed_ms=36,
+            comm_overlapped_ms=12,
+            data_loading_ms=12,
+            idle_ms=12,
+            total_ms=120,
+        ),
+        straggler=Straggler(
+            rank=1,
+            median_lag_ms=40,
+            excess_ms=38.0,
+            excess_pct_of_step=30,
+            robust_z=5,
+            last_arrival_fraction=0.9,
+            late_step_fraction=0.9,
+        ),
+        bottleneck="comm_exposed",
+        findings=[
+            Finding(
+                id="low-one",
+                severity="low",
+                title="t",
+                evidence=Evidence(text="e"),
+                confidence=0.5,
+                recommendation="r",
+                impact_pct=1,
+            ),
+            Finding(
+                id="exposed-communication",
+                severity="high",
+                title="t",
+                evidence=Evidence(text="x" * 600),
+                confidence=0.9,
+                recommendation="r",
+                impact_pct=30,
+            ),
+        ],
+    )
+    summary = summary_from_job(job, unprofiled_step_ms=100.0)
+    assert summary.step_time_ms.p50 == 120.0 and summary.step_time_ms.p95 == 140.0
+    assert summary.step_time == "120ms"
+    assert summary.breakdown.compute == 50.0 and summary.breakdown.exposed_communication == 30.0
+    assert summary.overlap == 25.0
+    assert summary.bottleneck == "communication"
+    assert (summary.straggler.rank, summary.straggler.pod, summary.straggler.node) == (
+        1,
+        "w-0",
+        "n1",
+    )
+    assert [f.id for f in summary.findings] == ["exposed-communication", "low-one"]
+    assert len(summary.findings[0].evidence) == 512
+    assert summary.profiler_overhead_pct == 20.0
+    assert summary_from_job(job).profiler_overhead_pct is None
