@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 
+from stepscope.analysis.step_windows import Window
 from stepscope.analysis.summary_model import Breakdown, DeviceSplit
 from stepscope.analysis.timeline import IntervalStore, sum_by_window
 
@@ -79,9 +80,6 @@ def _cpu_bits(categories: set[Hashable], main_tid: object) -> dict[Hashable, int
         elif kind == "dl" and on_main:
             bits[category] = 2
     return bits
-
-
-Window = tuple[int, float, float]  # step number, start_us, end_us
 
 
 class StepTotals:

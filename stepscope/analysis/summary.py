@@ -9,15 +9,15 @@ documented in ``summary_model``; ``breakdowns`` computes them.
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from collections import Counter
 from pathlib import Path
 
 from stepscope.analysis import classify
 from stepscope.analysis.aggregates import Collectives, LaunchGaps, NameTable, OpNesting, comm_meta
-from stepscope.analysis.breakdowns import DeviceTotals, StepTotals, Window
+from stepscope.analysis.breakdowns import DeviceTotals, StepTotals
 from stepscope.analysis.events import EventKind, TraceEvent
 from stepscope.analysis.reader import IJSON_BACKEND, TraceHeader, TraceReader, TraceReadError
+from stepscope.analysis.step_windows import Window, step_lookup, step_windows
 from stepscope.analysis.summary_model import (
     MAX_STEP_RECORDS,
     DataLoadingStats,
@@ -336,7 +336,7 @@ class RankSummaryBuilder:
             for (number, start, end), breakdown in zip(windows, breakdowns)
         ]
         dropped_steps = max(0, len(steps) - MAX_STEP_RECORDS)
-        step_of = _step_lookup(windows)
+        step_of = step_lookup(windows)
         collectives, dropped = self.collectives.records(step_of)
         peaks = self.memory_peaks["gpu" if gpu_mode else "cpu"]
         step_count = max(1, len(windows))
@@ -387,26 +387,6 @@ class RankSummaryBuilder:
         )
 
 
-def step_windows(
-    steps: list[tuple[int, float, float, object]],
-) -> tuple[list[Window], object, bool]:
-    """Step windows in time order on the main thread (the one that steps), the
-    main thread, and whether step numbers repeat. Overlapping annotations are
-    clipped so that the earlier step keeps the shared time."""
-    if not steps:
-        return [], None, False
-    main_tid = Counter(tid for *_, tid in steps).most_common(1)[0][0]
-    ordered = sorted((s for s in steps if s[3] == main_tid), key=lambda s: s[1])
-    windows: list[Window] = []
-    for number, start, end, _ in ordered:
-        if windows and start < windows[-1][2]:
-            start = windows[-1][2]
-        if end > start:
-            windows.append((number, start, end))
-    numbers = [w[0] for w in windows]
-    return windows, main_tid, len(set(numbers)) < len(numbers)
-
-
 def _resolve_rank(trace_rank: object, caller_rank: int | None, notes: list[str]) -> tuple[int, str]:
     if isinstance(trace_rank, int):
         if caller_rank is not None and caller_rank != trace_rank:
@@ -420,15 +400,3 @@ def _resolve_rank(trace_rank: object, caller_rank: int | None, notes: list[str])
         return caller_rank, "caller"
     notes.append("rank unknown (no distributedInfo and none given): assumed 0")
     return 0, "assumed"
-
-
-def _step_lookup(windows: list[tuple[int, float, float]]):
-    starts = [w[1] for w in windows]
-
-    def step_of(ts: float) -> int | None:
-        index = bisect_right(starts, ts) - 1
-        if index >= 0 and ts < windows[index][2]:
-            return windows[index][0]
-        return None
-
-    return step_of

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import pytest
 
+from stepscope.analysis.aggregates import Collectives, comm_meta
 from stepscope.analysis.classify import (
     is_comm_kernel,
     is_data_loading,
     is_tensor_core_kernel,
     normalize_collective,
 )
+from stepscope.analysis.summary_model import MAX_COLLECTIVE_RECORDS
 
 
 @pytest.mark.parametrize(
@@ -84,3 +86,81 @@ def test_data_loading_names():
     assert is_data_loading("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__")
     assert is_data_loading("enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__")
     assert not is_data_loading("aten::stack")
+
+
+def test_collective_metadata_from_record_param_comms_args():
+    # Arguments as PyTorch 2.x writes them on record_param_comms and NCCL kernels.
+    args = {
+        "Collective name": "allreduce",
+        "In msg nelems": 2049000,
+        "Out msg nelems": 2049000,
+        "dtype": "BFloat16",
+        "Process Group Name": "3",
+        "Process Group Description": "dp_group",
+        "Group size": 8,
+        "Seq": "41",
+    }
+    meta = comm_meta(args, "")
+    assert (meta.name, meta.seq, meta.group, meta.group_desc, meta.group_size) == (
+        "all_reduce",
+        41,
+        "3",
+        "dp_group",
+        8,
+    )
+    assert meta.size_bytes == 2049000 * 2
+
+
+def test_collective_metadata_fallbacks():
+    # Older traces: a numeric process group id, lowercase seq, sizes only from Input Dims.
+    meta = comm_meta(
+        {"Process Group ID": 0, "seq": 7, "Input Dims": [[8, 1024]], "Input type": ["float"]},
+        "nccl:_all_gather_base",
+    )
+    assert (meta.name, meta.group, meta.seq, meta.size_bytes) == (
+        "all_gather",
+        "0",
+        7,
+        8 * 1024 * 4,
+    )
+    assert comm_meta(None, "gloo:barrier").size_bytes is None
+
+
+def test_kernel_records_borrow_params_by_external_id():
+    collectives = Collectives()
+    params = comm_meta(
+        {
+            "Collective name": "allreduce",
+            "Process Group Name": "0",
+            "Seq": 5,
+            "In msg nelems": 10,
+            "dtype": "Float",
+        },
+        "",
+    )
+    collectives.remember_params(1234, params)
+    collectives.add("record_param_comms", params, 100.0, 110.0, 1234)
+    bare = comm_meta(
+        {}, "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
+    )
+    collectives.add("nccl_kernel", bare, 150.0, 400.0, 1234)
+    [record], dropped = collectives.records(lambda ts: 9)
+    assert (record.source, record.name, record.seq, record.group, record.size_bytes) == (
+        "nccl_kernel",
+        "all_reduce",
+        5,
+        "0",
+        40,
+    )
+    assert (record.start_us, record.end_us, record.step, dropped) == (150.0, 400.0, 9, 0)
+
+
+def test_collective_records_keep_the_earliest_up_to_the_cap():
+    collectives = Collectives()
+    meta = comm_meta({}, "gloo:all_reduce")
+    for i in reversed(range(MAX_COLLECTIVE_RECORDS + 88)):
+        collectives.add("gloo", meta, float(i), i + 0.5, None)
+    records, dropped = collectives.records(lambda ts: None)
+    assert dropped == 88
+    assert [r.start_us for r in records] == [float(i) for i in range(MAX_COLLECTIVE_RECORDS)]
+    assert collectives.stats()[0].count == MAX_COLLECTIVE_RECORDS + 88

@@ -1,0 +1,181 @@
+"""`make demo`: one ProfileSession from `kubectl apply` to an analysed `kubectl describe`.
+
+Starts the local control plane, S3, the pod runner, the Kubeflow training operator and the
+stepscope operator; submits the 4-rank CPU PyTorchJob of dev/demo/; applies
+crds/examples/profilesession.yaml; follows the session's phases and Events as they happen;
+then prints `kubectl get` and `kubectl describe` and copies the report and merged trace from
+S3 to a local directory. Everything it started is stopped at the end unless --keep is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from stepscope_dev import build
+from stepscope_dev.cluster import STATE_FILE, LocalCluster, free_port, start_cluster, stop_cluster
+from stepscope_dev.demojob import job_pods_running, submit_demo_job
+from stepscope_dev.podrunner import start_podrunner
+from stepscope_dev.processes import start_process
+from stepscope_dev.training_operator import start_training_operator
+from stepscope_operator.agent_token import agent_token_for_namespace
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+NAMESPACE = "default"
+SESSION = "ddp-demo-profile"
+FINAL_PHASES = ("Succeeded", "PartiallySucceeded", "Failed")
+SESSION_TIMEOUT_S = 600.0
+
+
+def say(message: str) -> None:
+    print(f"==> {message}", flush=True)
+
+
+def _start_operator(cluster: LocalCluster, master_token: str) -> None:
+    port = free_port()
+    env = {**_clean_environ(), **cluster.env(), "STEPSCOPE_AGENT_TOKEN": master_token,
+           "PYTHONUNBUFFERED": "1"}
+    process = start_process(
+        [sys.executable, "-m", "stepscope_operator.main",
+         f"--liveness=http://127.0.0.1:{port}/healthz"],
+        cluster.logs_dir / "stepscope-operator.log", env=env, cwd=REPO_ROOT)
+    cluster.pids["stepscope-operator"] = process.pid
+    cluster.save()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1).read()
+            return
+        except OSError:
+            time.sleep(0.3)
+    raise RuntimeError(f"the operator did not become live; see {cluster.logs_dir}")
+
+
+def _clean_environ() -> dict[str, str]:
+    # The operator must see only this instance's S3 and token, never the caller's.
+    return {k: v for k, v in os.environ.items() if not k.startswith(("STEPSCOPE_", "AWS_"))}
+
+
+def _wait(what: str, check, timeout: float, interval: float = 1.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = check()
+        if result:
+            return result
+        time.sleep(interval)
+    raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def _session(cluster: LocalCluster) -> dict:
+    result = cluster.kubectl("get", "profilesession", SESSION, "-n", NAMESPACE, "-o", "json")
+    return json.loads(result.stdout)
+
+
+def _follow_session(cluster: LocalCluster) -> dict:
+    """Print each phase change and each new Event until the session ends."""
+    seen_events: set[str] = set()
+    phase = None
+    deadline = time.monotonic() + SESSION_TIMEOUT_S
+    while time.monotonic() < deadline:
+        body = _session(cluster)
+        status = body.get("status") or {}
+        if status.get("phase") != phase:
+            phase = status.get("phase")
+            window = (status.get("window") or {}).get("range") or "not planned yet"
+            say(f"session phase {phase} (window {window})")
+        events = json.loads(cluster.kubectl(
+            "get", "events", "-n", NAMESPACE, "-o", "json",
+            f"--field-selector=involvedObject.name={SESSION}").stdout)["items"]
+        for event in sorted(events, key=lambda e: e["metadata"]["creationTimestamp"]):
+            if event["metadata"]["uid"] not in seen_events:
+                seen_events.add(event["metadata"]["uid"])
+                print(f"    event {event['reason']}: {event.get('message', '')}", flush=True)
+        if phase in FINAL_PHASES:
+            return body
+        time.sleep(1.0)
+    raise TimeoutError(f"the session did not finish in {SESSION_TIMEOUT_S:.0f}s")
+
+
+def _copy_artifacts(cluster: LocalCluster, status: dict, out_dir: Path) -> list[Path]:
+    artifacts = status.get("artifacts") or {}
+    uri = artifacts.get("uri")
+    if not uri:
+        return []
+    bucket, prefix = uri.removeprefix("s3://").split("/", 1)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    client = cluster.s3_client()
+    copied = []
+    for name in ("report.html", "merged.trace.json.gz", "summary.json"):
+        target = out_dir / name
+        client.download_file(bucket, prefix + name, str(target))
+        copied.append(target)
+    return copied
+
+
+def run_demo(instance: Path, out_dir: Path, keep: bool) -> int:
+    started = time.monotonic()
+    bin_dir = build.ensure_binaries()
+    if (instance / STATE_FILE).exists():
+        stop_cluster(LocalCluster.load(instance))  # A previous demo left it running.
+    say("starting the local control plane and S3")
+    cluster = start_cluster(instance, bin_dir)
+    try:
+        say("starting the pod runner and the Kubeflow training operator")
+        start_podrunner(cluster)
+        start_training_operator(cluster)
+        cluster.kubectl("apply", "--server-side", "-f", str(REPO_ROOT / "crds"))
+        master_token = secrets.token_hex(24)
+        say("starting the stepscope operator")
+        _start_operator(cluster, master_token)
+
+        say("submitting the 4-rank CPU PyTorchJob ddp-demo")
+        submit_demo_job(cluster, NAMESPACE,
+                        agent_token=agent_token_for_namespace(master_token, NAMESPACE))
+        _wait("the job's 4 pods to run", lambda: job_pods_running(cluster, NAMESPACE), 240)
+        say("applying crds/examples/profilesession.yaml")
+        cluster.kubectl("apply", "-n", NAMESPACE, "-f",
+                        str(REPO_ROOT / "crds" / "examples" / "profilesession.yaml"))
+        body = _follow_session(cluster)
+
+        print()
+        print("$ kubectl get profilesessions")
+        print(cluster.kubectl("get", "profilesessions", "-n", NAMESPACE).stdout)
+        print(f"$ kubectl describe profilesession {SESSION}")
+        print(cluster.kubectl("describe", "profilesession", SESSION, "-n", NAMESPACE).stdout)
+        status = body.get("status") or {}
+        artifacts = status.get("artifacts") or {}
+        if artifacts.get("uri"):
+            say(f"artifacts in S3: {artifacts['uri']}")
+            for path in _copy_artifacts(cluster, status, out_dir):
+                say(f"  local copy: {path}")
+        say(f"demo finished in {time.monotonic() - started:.0f}s with phase {status.get('phase')}")
+        return 0 if status.get("phase") == "Succeeded" else 1
+    finally:
+        if keep:
+            say(f"left running; use it with `eval \"$(stepscope dev --instance {instance} env)\"`"
+                f" and stop it with `stepscope dev --instance {instance} down`")
+        else:
+            stop_cluster(cluster)
+            say("stopped every process the demo started")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="stepscope-demo", description=__doc__.splitlines()[0])
+    parser.add_argument("--instance", type=Path,
+                        default=build.cache_root() / "instances" / "demo")
+    parser.add_argument("--out", type=Path, default=REPO_ROOT / "demo-out",
+                        help="where the report and merged trace are copied")
+    parser.add_argument("--keep", action="store_true",
+                        help="leave the control plane, operator and job running")
+    args = parser.parse_args(argv)
+    return run_demo(args.instance, args.out, args.keep)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,42 @@
+"""Step windows from ``ProfilerStep#N`` annotations, and which step a time is in."""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections import Counter
+from collections.abc import Callable
+
+Window = tuple[int, float, float]  # step number, start_us, end_us
+
+
+def step_windows(
+    steps: list[tuple[int, float, float, object]],
+) -> tuple[list[Window], object, bool]:
+    """Step windows in time order on the main thread (the one that steps), the
+    main thread, and whether step numbers repeat. Overlapping annotations are
+    clipped so that the earlier step keeps the shared time."""
+    if not steps:
+        return [], None, False
+    main_tid = Counter(tid for *_, tid in steps).most_common(1)[0][0]
+    ordered = sorted((s for s in steps if s[3] == main_tid), key=lambda s: s[1])
+    windows: list[Window] = []
+    for number, start, end, _ in ordered:
+        if windows and start < windows[-1][2]:
+            start = windows[-1][2]
+        if end > start:
+            windows.append((number, start, end))
+    numbers = [w[0] for w in windows]
+    return windows, main_tid, len(set(numbers)) < len(numbers)
+
+
+def step_lookup(windows: list[Window]) -> Callable[[float], int | None]:
+    """A function from a timestamp to the number of the step window holding it."""
+    starts = [w[1] for w in windows]
+
+    def step_of(ts: float) -> int | None:
+        index = bisect_right(starts, ts) - 1
+        if index >= 0 and ts < windows[index][2]:
+            return windows[index][0]
+        return None
+
+    return step_of
