@@ -159,15 +159,15 @@ def run_config(config: str, work: Path, sink: str) -> dict:
         str(times_file),
         *extra,
     ]
-    trainer = subprocess.Popen(
-        command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
+    log_path = work / f"{config}.log"
+    with log_path.open("wb") as log:
+        trainer = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
     result = {}
     try:
         if config in ("steps", "ops", "full"):
             capture_id = arm(sidecar, config, sink)
             if trainer.wait(600) != 0:
-                raise RuntimeError(f"{config}: training failed")
+                raise RuntimeError(f"{config}: training failed:\n{log_path.read_text()[-3000:]}")
             for _ in range(600):
                 capture = sidecar.call("GET", f"/v1/captures/{capture_id}")
                 if capture["state"] in ("done", "failed"):
@@ -178,7 +178,7 @@ def run_config(config: str, work: Path, sink: str) -> dict:
             result["exportStallMs"] = rank0["exportStallMs"]
             result["bytes"] = rank0["bytesUploaded"]
         elif trainer.wait(600) != 0:
-            raise RuntimeError(f"{config}: training failed")
+            raise RuntimeError(f"{config}: training failed:\n{log_path.read_text()[-3000:]}")
     finally:
         if trainer.poll() is None:
             trainer.kill()

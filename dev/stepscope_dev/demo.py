@@ -92,7 +92,7 @@ def _follow_session(cluster: LocalCluster) -> dict:
         events = json.loads(cluster.kubectl(
             "get", "events", "-n", NAMESPACE, "-o", "json",
             f"--field-selector=involvedObject.name={SESSION}").stdout)["items"]
-        for event in sorted(events, key=lambda e: e["metadata"]["creationTimestamp"]):
+        for event in sorted(events, key=lambda e: int(e["metadata"]["resourceVersion"])):
             if event["metadata"]["uid"] not in seen_events:
                 seen_events.add(event["metadata"]["uid"])
                 print(f"    event {event['reason']}: {event.get('message', '')}", flush=True)

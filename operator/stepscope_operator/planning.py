@@ -54,6 +54,7 @@ def plan_window(
     now: datetime,
     margin_seconds: float = 2.0,
     deadline: datetime | None = None,
+    min_steps: int = 0,
 ) -> WindowPlan:
     reachable = [p for p in probes if p.ok]
     if not reachable:
@@ -67,8 +68,19 @@ def plan_window(
             retry=True,
         )
     highest = max(s.current_step for s in stepping)
-    # Ranks of one job step in lockstep; the slowest reported step time is the safe one.
-    step_time_s = max(timed) / 1000.0
+    if window.start_step is None and highest < min_steps:
+        # The first steps (process-group set-up, allocator warm-up, caches) are slow; a plan
+        # made from them puts the window too close and the ranks pass it before the arm.
+        raise PlanningError(
+            "WaitingForSteps",
+            f"the trainers are at step {highest}; planning waits for step {min_steps} so "
+            "the step time is measured on steady steps",
+            retry=True,
+        )
+    # Ranks of one job step in lockstep. The fastest reported step time is the safe one:
+    # if the steps run faster than planned, the ranks reach the start step before the lead
+    # time is up, and an arm that arrives late misses the window.
+    step_time_s = min(timed) / 1000.0
     max_rtt = max(p.rtt_s or 0.0 for p in reachable)
     arm_steps = math.ceil((max_rtt + margin_seconds) / step_time_s)
 

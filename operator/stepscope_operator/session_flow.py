@@ -239,6 +239,7 @@ async def make_plan(
                     now,
                     ctx.settings.plan_margin_seconds,
                     deadline=now + timeout,
+                    min_steps=ctx.settings.plan_min_steps,
                 )
             except PlanningError as exc:
                 if not exc.retry:

@@ -43,6 +43,7 @@ ENV: dict[str, str] = {
     "agent_token_file": agent_wire.TOKEN_FILE_ENV,
     "probe_timeout_seconds": "STEPSCOPE_PROBE_TIMEOUT_SECONDS",
     "plan_margin_seconds": "STEPSCOPE_PLAN_MARGIN_SECONDS",
+    "plan_min_steps": "STEPSCOPE_PLAN_MIN_STEPS",
     "grant_margin_seconds": "STEPSCOPE_GRANT_MARGIN_SECONDS",
     "collect_reserve_seconds": "STEPSCOPE_COLLECT_RESERVE_SECONDS",
     "poll_interval_seconds": "STEPSCOPE_POLL_INTERVAL_SECONDS",
@@ -143,6 +144,13 @@ class OperatorSettings(BaseModel):
         ge=0,
         description="Extra seconds added to the lead time when planning the start step, to "
         "absorb step-time jitter between the probe and the arm request.",
+    )
+    plan_min_steps: int = Field(
+        10,
+        ge=0,
+        description="Global step the trainers must have reached before the operator plans a "
+        "window (unless startStep is given): the first steps are slow, and a step time "
+        "measured on them places the window too close.",
     )
     grant_margin_seconds: float = Field(
         600.0,

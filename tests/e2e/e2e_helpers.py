@@ -48,14 +48,6 @@ def pod_template(namespace: str, args: list[str], agent_port: int = AGENT_PORT) 
                 str(HOOK_SOURCE) if part == IMAGE_HOOK_DIR else part
                 for part in container["command"]
             ]
-        if container["name"] == "stepscope-agent":
-            # Local pods share one host: the agent binds its pod's own loopback address.
-            container["env"].append(
-                {
-                    "name": "STEPSCOPE_AGENT_HOST",
-                    "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}},
-                }
-            )
     return injected
 
 
@@ -82,7 +74,8 @@ def pytorchjob(
 
 
 def apply(cluster: Any, obj: dict[str, Any]) -> None:
-    cluster.kubectl("apply", "-f", "-", input=json.dumps(obj))
+    result = cluster.kubectl("apply", "-f", "-", input=json.dumps(obj), check=False)
+    assert result.returncode == 0, f"kubectl apply {obj['kind']} failed: {result.stderr}"
 
 
 def profile_session(namespace: str, name: str, job: str, **window: Any) -> dict[str, Any]:

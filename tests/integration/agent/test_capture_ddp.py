@@ -38,6 +38,9 @@ def test_every_rank_records_the_same_global_steps(start_sidecar, launch_training
     )
     statuses = [pod.wait_for_ranks(2) for pod in pods]
     assert [sorted(r["rank"] for r in s["ranks"]) for s in statuses] == [[0, 1], [2, 3]]
+    assert all(
+        r["stepTimeMs"] > 0 and r["localRank"] in (0, 1) for s in statuses for r in s["ranks"]
+    )
     start = max(s["currentStep"] for s in statuses) + LEAD_STEPS
 
     for pod, ranks in zip(pods, ([0, 1], [2, 3]), strict=True):
@@ -66,6 +69,7 @@ def test_every_rank_records_the_same_global_steps(start_sidecar, launch_training
         steps = json.loads(grants.read(artifact(status, "steps.json")))
         assert [s["step"] for s in steps["steps"]] == list(range(start, start + WINDOW))
         assert all(s["durationMs"] >= 90 for s in steps["steps"])  # each step sleeps 100 ms
+        assert all(0 < s["dataWaitMs"] < s["durationMs"] for s in steps["steps"])  # DataLoader
         summary = json.loads(grants.read(artifact(status, "summary.json")))
         assert summary == status["summary"]
         counters = json.loads(grants.read(artifact(status, "counters.json")))

@@ -22,7 +22,7 @@ from stepscope_operator.arming import arm_pod, capture_id_for
 from stepscope_operator.buckets import connect_buckets
 from stepscope_operator.collecting import gather_summaries, merge_job, publish_artifacts
 from stepscope_operator.following import poll_captures
-from stepscope_operator.planning import plan_window
+from stepscope_operator.planning import PlanningError, plan_window
 from stepscope_operator.probing import probe_agents
 from stepscope_operator.settings import load_settings
 from stepscope_operator.status import final_phase, judge_ranks, summary_from_job, tally_ranks
@@ -117,21 +117,26 @@ def test_capture_pipeline_from_probe_to_published_artifacts(local_cluster, pod):
         async with aiohttp.ClientSession() as http:
             client = AgentClient(http, TOKEN, pod, timeout_s=3)
 
-            async def stepping():
+            # Retry while planning says so (no steps yet, or not yet steady), as the flow does.
+            plan = probe = None
+            for _ in range(240):
                 probe = (await probe_agents(client, {"pipeline-pod": POD_IP}))["pipeline-pod"]
-                ok = probe.ok and probe.status.step_time_ms and len(probe.status.ranks) == 2
-                return probe if ok else None
-
-            probe = None
-            for _ in range(120):
-                probe = await stepping()
-                if probe:
-                    break
+                if probe.ok and len(probe.status.ranks) == 2:
+                    try:
+                        plan = plan_window(
+                            [probe],
+                            Window,
+                            datetime.now(UTC),
+                            1.0,
+                            min_steps=settings.plan_min_steps,
+                        )
+                        break
+                    except PlanningError as exc:
+                        assert exc.retry, exc
                 await asyncio.sleep(0.5)
-            assert probe, "the trainers never reported steps to the agent"
+            assert plan, f"the trainers never reached a plannable step: {probe}"
             assert abs(probe.clock_offset_s) < 0.5 and probe.rtt_s < 1
             now = datetime.now(UTC)
-            plan = plan_window([probe], Window, now, margin_seconds=1.0)
             capture_id = capture_id_for("pipeline", "0123abcd")
             armed = await arm_pod(
                 client,

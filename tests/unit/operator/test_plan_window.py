@@ -26,15 +26,16 @@ def probe(pod, step, step_ms, rtt=0.01):
 
 
 def test_start_covers_lead_slowest_probe_and_margin():
-    # 500 ms steps, lead 10 s, slowest rtt 1 s, margin 2 s -> ceil(13 / 0.5) = 26 steps ahead + 1 warm-up.
+    # Steps of 400-500 ms, lead 10 s, slowest rtt 1 s, margin 2 s.
     probes = [probe("a", 100, 400.0, rtt=0.05), probe("b", 103, 500.0, rtt=1.0)]
     plan = plan_window(probes, Window(), NOW, margin_seconds=2.0)
     assert plan.highest_step == 103
-    assert plan.start_step == 103 + 1 + 26
+    # The fastest step time is the safe one: ceil(13 / 0.4) = 33 steps ahead + 1 warm-up.
+    assert plan.start_step == 103 + 1 + 33
     assert plan.end_step == plan.start_step + 4
-    assert plan.step_time_ms == 500.0
-    assert plan.expected_start == NOW + timedelta(seconds=27 * 0.5)
-    assert plan.expected_end == plan.expected_start + timedelta(seconds=2.5)
+    assert plan.step_time_ms == 400.0
+    assert plan.expected_start == NOW + timedelta(seconds=34 * 0.4)
+    assert plan.expected_end == plan.expected_start + timedelta(seconds=2.0)
 
 
 def test_slow_steps_still_leave_at_least_one_step():
@@ -83,3 +84,15 @@ def test_window_that_cannot_finish_before_the_deadline_is_refused():
             [probe("a", 1, 10_000.0)], Window(steps=10), NOW, deadline=NOW + timedelta(seconds=60)
         )
     assert err.value.reason == "WindowPastDeadline"
+
+
+def test_planning_waits_for_steady_steps_unless_start_step_is_given():
+    with pytest.raises(PlanningError, match="waits for step 10") as err:
+        plan_window([probe("a", 3, 100.0)], Window(), NOW, min_steps=10)
+    assert err.value.retry and err.value.reason == "WaitingForSteps"
+    assert (
+        plan_window(
+            [probe("a", 3, 100.0, rtt=0.0)], Window(start_step=500), NOW, min_steps=10
+        ).start_step
+        == 500
+    )

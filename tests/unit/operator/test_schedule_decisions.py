@@ -35,7 +35,8 @@ def test_bad_cron_names_the_field():
 
 def test_session_for_tick_is_owned_labelled_and_named_per_tick():
     spec = ProfileScheduleSpec(
-        schedule="*/5 * * * *", session_template=ProfileSessionSpec.model_validate({"target": {"pytorchJob": "llama"}})
+        schedule="*/5 * * * *",
+        session_template=ProfileSessionSpec.model_validate({"target": {"pytorchJob": "llama"}}),
     )
     schedule = {"metadata": {"name": "nightly", "namespace": "team-a", "uid": "u-1"}}
     session = session_for_tick(schedule, spec, at(5))
