@@ -28,6 +28,10 @@ RECONNECT_MAX_S = 5.0
 RING_CAPACITY = 256
 # Steps used for the "recent median" the operator plans with.
 RECENT_STEPS = 20
+# At interpreter exit, how long the trainer waits for events still queued for a connected
+# sidecar (only when there are any), so a window that ended just before training did is
+# still reported.
+EXIT_FLUSH_S = 2.0
 # Events waiting for the sidecar are dropped beyond this many, so a dead sidecar never makes
 # the trainer's memory grow.
 OUTBOX_EVENTS_MAX = 1024

@@ -90,7 +90,7 @@ class LocalCluster:
                 timeout: float = 120.0) -> subprocess.CompletedProcess:
         result = subprocess.run(
             [str(self.bin_dir / "kubectl"), "--kubeconfig", str(self.kubeconfig), *args],
-            input=input, capture_output=True, text=True, timeout=timeout,
+            input=input, capture_output=True, text=True, timeout=timeout, check=False,
         )
         if check and result.returncode != 0:
             raise subprocess.CalledProcessError(
@@ -115,7 +115,7 @@ class LocalCluster:
         (self.root / STATE_FILE).write_text(json.dumps(data, indent=2))
 
     @classmethod
-    def load(cls, root: Path) -> "LocalCluster":
+    def load(cls, root: Path) -> LocalCluster:
         data = json.loads((root / STATE_FILE).read_text())
         data["root"], data["bin_dir"] = Path(data["root"]), Path(data["bin_dir"])
         return cls(**data)

@@ -11,20 +11,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import secrets
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
-from stepscope_dev import build
-from stepscope_dev.cluster import STATE_FILE, LocalCluster, free_port, start_cluster, stop_cluster
-from stepscope_dev.demojob import job_pods_running, submit_demo_job
-from stepscope_dev.podrunner import start_podrunner
-from stepscope_dev.processes import start_process
-from stepscope_dev.training_operator import start_training_operator
 from stepscope_operator.agent_token import agent_token_for_namespace
+
+from stepscope_dev import build
+from stepscope_dev.cluster import STATE_FILE, LocalCluster, start_cluster, stop_cluster
+from stepscope_dev.demojob import job_pods_running, submit_demo_job
+from stepscope_dev.operator_process import OperatorProcess, operator_env
+from stepscope_dev.podrunner import start_podrunner
+from stepscope_dev.training_operator import start_training_operator
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 NAMESPACE = "default"
@@ -38,28 +37,11 @@ def say(message: str) -> None:
 
 
 def _start_operator(cluster: LocalCluster, master_token: str) -> None:
-    port = free_port()
-    env = {**_clean_environ(), **cluster.env(), "STEPSCOPE_AGENT_TOKEN": master_token,
-           "PYTHONUNBUFFERED": "1"}
-    process = start_process(
-        [sys.executable, "-m", "stepscope_operator.main",
-         f"--liveness=http://127.0.0.1:{port}/healthz"],
-        cluster.logs_dir / "stepscope-operator.log", env=env, cwd=REPO_ROOT)
-    cluster.pids["stepscope-operator"] = process.pid
+    operator = OperatorProcess(operator_env(cluster, master_token),
+                               cluster.logs_dir / "stepscope-operator.log")
+    operator.start()
+    cluster.pids["stepscope-operator"] = operator.pid
     cluster.save()
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1).read()
-            return
-        except OSError:
-            time.sleep(0.3)
-    raise RuntimeError(f"the operator did not become live; see {cluster.logs_dir}")
-
-
-def _clean_environ() -> dict[str, str]:
-    # The operator must see only this instance's S3 and token, never the caller's.
-    return {k: v for k, v in os.environ.items() if not k.startswith(("STEPSCOPE_", "AWS_"))}
 
 
 def _wait(what: str, check, timeout: float, interval: float = 1.0):

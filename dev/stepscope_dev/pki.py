@@ -56,7 +56,7 @@ def _write_cert(cert: x509.Certificate, path: Path) -> None:
 
 def _issue(subject: x509.Name, key, ca_key, ca_name: x509.Name, *, is_ca: bool = False,
            usages: list | None = None, sans: list | None = None) -> x509.Certificate:
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     builder = (
         x509.CertificateBuilder()
         .subject_name(subject)

@@ -30,7 +30,9 @@ def start_process(argv: list[str], log_path: Path, *, env: dict[str, str] | None
         return subprocess.Popen(
             argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             env=env, cwd=cwd, start_new_session=True,
-            preexec_fn=_die_with_parent if die_with_parent else None,
+            # prctl must run in the child between fork and exec; preexec_fn is the
+            # only hook for that, and prctl is async-signal-safe.
+            preexec_fn=_die_with_parent if die_with_parent else None,  # noqa: PLW1509
         )
 
 

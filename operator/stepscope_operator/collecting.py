@@ -48,7 +48,8 @@ def gather_summaries(
             summary = RankSummary.model_validate(raw)
         except ValidationError as exc:
             notes.append(
-                f"rank {outcome.rank} (pod {outcome.pod}): unreadable summary ({exc.error_count()} errors)"
+                f"rank {outcome.rank} (pod {outcome.pod}): unreadable summary "
+                f"({exc.error_count()} errors)"
             )
             continue
         # The agent knows the rank; the operator's placement is authoritative for the job.

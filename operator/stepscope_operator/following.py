@@ -37,7 +37,8 @@ async def observe_pod(client: AgentClient, pod: str, ip: str, capture_id: str) -
         if exc.status == 404:
             return PodObservation(
                 pod=pod,
-                error=f"the agent in pod {pod} does not know the capture (never armed, or restarted)",
+                error=f"the agent in pod {pod} does not know the capture "
+                "(never armed, or restarted)",
                 unknown_capture=True,
             )
         return PodObservation(pod=pod, error=str(exc))

@@ -95,7 +95,8 @@ async def wait_for_turn(
             if finished:
                 await writer.fail(
                     "TargetFinished",
-                    f"{view.target_text} already ended ({finished}); there is nothing left to profile",
+                    f"{view.target_text} already ended ({finished}); "
+                    "there is nothing left to profile",
                     TARGET_RESOLVED,
                 )
                 return False
@@ -225,7 +226,8 @@ async def make_plan(
                 await writer.fail(
                     "TooManyRanks",
                     f"{view.target_text} has {len(targets)} ranks, more than the operator's "
-                    f"limit of {ctx.settings.max_ranks_per_session} (STEPSCOPE_MAX_RANKS_PER_SESSION)",
+                    f"limit of {ctx.settings.max_ranks_per_session} "
+                    "(STEPSCOPE_MAX_RANKS_PER_SESSION)",
                     TARGET_RESOLVED,
                 )
                 return None

@@ -126,7 +126,8 @@ class OperatorSettings(BaseModel):
     )
     agent_token: SecretStr | None = Field(
         None,
-        description="The operator's master token for agent requests. Each namespace's agents accept only a "
+        description="The operator's master token for agent requests. Each namespace's agents "
+        "accept only a "
         "token derived from it (HMAC per namespace), so a pod's env never yields a token for "
         "another namespace. Prefer agent_token_file (a mounted Secret).",
     )
@@ -161,7 +162,8 @@ class OperatorSettings(BaseModel):
     collect_reserve_seconds: float = Field(
         30.0,
         ge=0,
-        description="Seconds after the capture deadline kept for collecting, analysing and retrying before a "
+        description="Seconds after the capture deadline kept for collecting, analysing and "
+        "retrying before a "
         "session that keeps failing is ended as Failed; half of it (at most 15 s) is the grace "
         "the agents get to report their own deadline handling.",
     )

@@ -82,6 +82,7 @@ def test_session_from_apply_to_analysed_describe(e2e_cluster, namespace, operato
     assert "Succeeded" in printed and summary["stepTime"] in printed
     described = cluster.kubectl("describe", "profilesession", "ddp-profile", "-n", namespace).stdout
     assert "Armed" in described and "Succeeded" in described
+    print(printed, described, sep="\n")  # the demo's output, kept in the test log
 
     cluster.kubectl("delete", "profilesession", "ddp-profile", "-n", namespace, "--timeout=60s")
     assert s3.list_objects_v2(Bucket=cluster.s3_bucket, Prefix=prefix).get("KeyCount", 0) == 0

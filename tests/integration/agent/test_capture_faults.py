@@ -47,12 +47,14 @@ def test_unreachable_storage_fails_the_capture_and_a_late_window_is_not_reached(
 ):
     pod = start_sidecar()
     training = launch_training(
-        [pod.agent_dir], 1, tmp_path / "losses", "--steps", "40", "--step-sleep", "0.05"
+        [pod.agent_dir], 1, tmp_path / "losses", "--steps", "60", "--step-sleep", "0.05"
     )
     start = pod.wait_for_ranks(1)["currentStep"] + 5
     unreachable = grants.request("nowhere", start, 2, [0], endpoint="http://127.0.0.1:9")
     assert pod.call("POST", "/v1/captures", unreachable)[0] == 201
     assert pod.call("POST", "/v1/captures", grants.request("too-late", 10_000, 2, [0]))[0] == 201
+    # Ends with the last training step: its report must still reach the sidecar.
+    assert pod.call("POST", "/v1/captures", grants.request("at-the-end", 58, 2, [0]))[0] == 201
 
     assert training.wait() == [0]
     failed = pod.wait_for_capture("nowhere")
@@ -62,6 +64,7 @@ def test_unreachable_storage_fails_the_capture_and_a_late_window_is_not_reached(
     late = pod.wait_for_capture("too-late", timeout=30)
     assert late["state"] == "not_reached"
     assert "before start step 10000" in late["ranks"][0]["reason"]
+    assert pod.wait_for_capture("at-the-end")["state"] == "done"
 
 
 def test_the_api_refuses_requests_without_the_token(start_sidecar, grants):

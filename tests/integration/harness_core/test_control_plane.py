@@ -9,7 +9,6 @@ import time
 
 import pytest
 from botocore.exceptions import ClientError
-
 from stepscope_dev import versions
 from stepscope_dev.build import ensure_binaries
 from stepscope_dev.cluster import LocalCluster, start_cluster, stop_cluster

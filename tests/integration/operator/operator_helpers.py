@@ -4,88 +4,27 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
+from stepscope_dev.operator_process import REPO_ROOT, OperatorProcess
+from stepscope_dev.operator_process import operator_env as _operator_env
+
+__all__ = ["MASTER_TOKEN", "REPO_ROOT", "OperatorProcess", "operator_env"]
+
 # Agents accept only tokens derived from this one (agent_token_for_namespace).
 MASTER_TOKEN = "integration-master-token-0123456789abcdef"
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-class OperatorProcess:
-    """The operator as a subprocess; start() again after stop() to model a restart."""
-
-    def __init__(self, env: dict[str, str], log_path: Path) -> None:
-        self.env = env
-        self.log_path = log_path
-        self.proc: subprocess.Popen | None = None
-
-    def start(self) -> None:
-        port = _free_port()
-        self.log = self.log_path.open("a")
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "stepscope_operator.main",
-                f"--liveness=http://127.0.0.1:{port}/healthz",
-            ],
-            env=self.env,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-            cwd=REPO_ROOT,
-        )
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"operator exited early:\n{self.log_path.read_text()[-4000:]}")
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1).read()
-                return
-            except OSError:
-                time.sleep(0.3)
-        raise RuntimeError(f"operator not live after 60 s:\n{self.log_path.read_text()[-4000:]}")
-
-    def stop(self, sig: int = signal.SIGTERM) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(sig)
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
-        self.log.close()
-
-    def logs(self) -> str:
-        return self.log_path.read_text()
-
-
 def operator_env(local_cluster, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("STEPSCOPE_", "AWS_"))}
-    env.update(local_cluster.env())
-    env.update(
-        STEPSCOPE_AGENT_TOKEN=MASTER_TOKEN,
+    return _operator_env(
+        local_cluster,
+        MASTER_TOKEN,
         STEPSCOPE_POLL_INTERVAL_SECONDS="0.5",
         STEPSCOPE_PROBE_TIMEOUT_SECONDS="2",
-        PYTHONUNBUFFERED="1",
+        **extra,
     )
-    env.update(extra)
-    return env
 
 
 def get_session(local_cluster, namespace: str, name: str) -> dict[str, Any] | None:

@@ -30,6 +30,8 @@ from stepscope_operator.targets import RankTarget
 
 from stepscope.storage import session_prefix
 
+pytestmark = pytest.mark.integration
+
 TOKEN = "pipeline-token-0123456789abcdef"
 # Outside 127.0.0.0/16, the pod runner's networks, so it never collides with a pod.
 POD_IP = "127.1.2.3"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 
+import pytest
 import yaml
 from operator_helpers import (
     REPO_ROOT,
@@ -15,6 +16,8 @@ from operator_helpers import (
     session_phase,
     wait_for,
 )
+
+pytestmark = pytest.mark.integration
 
 RELEASE_NAMESPACE = "stepscope-system"
 

@@ -7,14 +7,18 @@ from __future__ import annotations
 import json
 import time
 
+import pytest
 from operator_helpers import get_session, session_events, session_phase, wait_for
 
 from stepscope.storage import session_prefix
+
+pytestmark = pytest.mark.integration
 
 
 def _apply_session(
     local_cluster, namespace: str, name: str, target: dict, timeout: int = 120
 ) -> None:
+
     body = {
         "apiVersion": "stepscope.dev/v1alpha1",
         "kind": "ProfileSession",

@@ -5,8 +5,11 @@ from __future__ import annotations
 import asyncio
 import json
 
+import pytest
 from stepscope_operator.kubeapi import KubeApi, load_api_client
 from stepscope_operator.targets import TargetKind, resolve_targets
+
+pytestmark = pytest.mark.integration
 
 
 def _pod(name: str, replica_type: str, index: int, rank: int) -> dict:

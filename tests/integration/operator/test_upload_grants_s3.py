@@ -16,6 +16,8 @@ from stepscope_operator.settings import load_settings
 from stepscope.api.agent import RankGrants
 from stepscope.storage import RankArtifact, rank_key, session_prefix
 
+pytestmark = pytest.mark.integration
+
 MIB = 1024 * 1024
 
 

@@ -1,0 +1,73 @@
+"""Run the real `stepscope-operator` against a local cluster, for the demo and the tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from stepscope_dev.cluster import free_port
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+LIVENESS_TIMEOUT_S = 60.0
+
+
+def operator_env(cluster: Any, master_token: str, **extra: str) -> dict[str, str]:
+    """The caller's environment without any STEPSCOPE_/AWS_ setting, plus the cluster's S3
+    and API settings and the agent token: the operator sees this instance and nothing else."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("STEPSCOPE_", "AWS_"))}
+    env.update(cluster.env())
+    env.update(STEPSCOPE_AGENT_TOKEN=master_token, PYTHONUNBUFFERED="1")
+    env.update(extra)
+    return env
+
+
+class OperatorProcess:
+    """The operator as a subprocess; start() again after stop() to model a restart."""
+
+    def __init__(self, env: dict[str, str], log_path: Path) -> None:
+        self.env = env
+        self.log_path = log_path
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def start(self) -> None:
+        port = free_port()
+        health = f"http://127.0.0.1:{port}/healthz"
+        with self.log_path.open("a") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "stepscope_operator.main", f"--liveness={health}"],
+                env=self.env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT,
+            )
+        deadline = time.monotonic() + LIVENESS_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"operator exited early:\n{self.logs()[-4000:]}")
+            try:
+                urllib.request.urlopen(health, timeout=1).read()
+                return
+            except OSError:
+                time.sleep(0.3)
+        raise RuntimeError(f"operator not live after {LIVENESS_TIMEOUT_S:.0f}s:\n"
+                           f"{self.logs()[-4000:]}")
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(sig)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+    def logs(self) -> str:
+        return self.log_path.read_text() if self.log_path.exists() else ""
