@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import socket
 import ssl
 import subprocess
@@ -257,12 +258,18 @@ def _start_s3(cluster: LocalCluster, die_with_parent: bool) -> None:
 
 def start_cluster(root: Path, bin_dir: Path, *, die_with_parent: bool = False) -> LocalCluster:
     """Start every component under `root` and return once all of them answer."""
-    root.mkdir(parents=True, exist_ok=True)
     if (root / STATE_FILE).exists():
         previous = LocalCluster.load(root)
         if any(previous.running().values()):
             raise RuntimeError(f"an instance is already running in {root}; "
                                "run `stepscope dev down` first")
+    # Every instance starts empty: its certificates are new, so objects kept from an
+    # earlier run (pods of a finished job, tokens signed by an old key) would only mislead.
+    if root.exists() and any(root.iterdir()) and not (root / STATE_FILE).exists():
+        raise RuntimeError(f"{root} is not empty and holds no stepscope instance; "
+                           "choose an empty or new directory for --instance")
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
     cluster = LocalCluster(
         root=root, bin_dir=bin_dir, api_port=free_port(), etcd_port=free_port(),
         etcd_peer_port=free_port(), controller_manager_port=free_port(), s3_port=free_port(),
