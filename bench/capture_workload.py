@@ -63,6 +63,9 @@ def main() -> None:
         profiler.stop()
     if dist.get_rank() == 0:
         args.times_file.write_text(json.dumps({"wall": wall, "cpu": cpu}))
+    # Leave together: a rank that tears gloo down while a peer still talks to it
+    # can abort the peer at exit.
+    dist.barrier()
     dist.destroy_process_group()
 
 

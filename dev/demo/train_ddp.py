@@ -81,6 +81,9 @@ def main() -> None:
                 break
         epoch += 1
 
+    # Leave together: a rank that tears gloo down while a peer still talks to it
+    # can abort the peer at exit.
+    dist.barrier()
     dist.destroy_process_group()
     if rank == 0:
         print(f"done: {step} steps on {world} ranks in {time.monotonic() - started:.1f}s",

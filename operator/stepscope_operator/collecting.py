@@ -1,7 +1,8 @@
 """Collect the per-rank summaries, merge them, and publish the session's artifacts.
 
 Nothing here holds a raw trace: per-rank summaries (a few KB each) come from the
-agents' capture status, or from `rank-<r>/summary.json` when an agent is gone;
+agents' capture status, or from `rank-<r>/summary.json` when an agent is gone (and,
+for ranks that recorded step timings only, `rank-<r>/steps.json`);
 the merged trace is streamed event by event from the rank traces in S3 into a
 temporary gzip file, then uploaded in parts.
 """
@@ -20,6 +21,7 @@ from stepscope.analysis.job_model import JobSummary
 from stepscope.analysis.merge import merge_ranks
 from stepscope.analysis.merged_trace import write_merged_trace
 from stepscope.analysis.report import render_report
+from stepscope.analysis.step_timings import summarize_steps_document
 from stepscope.analysis.summary_model import RankSummary
 from stepscope.api.session_status import StatusArtifacts
 from stepscope.storage import RankArtifact, SessionArtifact, rank_key, s3_uri, session_key
@@ -32,29 +34,65 @@ def gather_summaries(
     buckets: Buckets, prefix: str, outcomes: Iterable[RankOutcome]
 ) -> tuple[list[RankSummary], list[str]]:
     """Summaries of every rank that delivered a capture, plus notes on those that could not
-    be read. Misaligned ranks are included: the merge names them too."""
+    be read. Misaligned ranks are included: the merge names them too.
+
+    A rank summarised its trace (a full RankSummary), or, in the steps tier or when its
+    trace could not be summarised, sent only step-time statistics: then its per-step
+    timings are read from `rank-<r>/steps.json` and turned into a step-timings summary."""
     summaries, notes = [], []
     for outcome in outcomes:
         if outcome.verdict not in ("captured", "misaligned"):
             continue
+        who = f"rank {outcome.rank} (pod {outcome.pod})"
         raw = outcome.summary
         if raw is None:
-            stored = buckets.get_bytes(rank_key(prefix, outcome.rank, RankArtifact.SUMMARY))
-            raw = json.loads(stored) if stored else None
+            raw = _stored_json(buckets, rank_key(prefix, outcome.rank, RankArtifact.SUMMARY))
         if raw is None:
-            notes.append(f"rank {outcome.rank} (pod {outcome.pod}): no summary delivered")
+            notes.append(f"{who}: no summary delivered")
             continue
         try:
-            summary = RankSummary.model_validate(raw)
-        except ValidationError as exc:
+            if is_rank_summary(raw):
+                summary = RankSummary.model_validate(raw)
+            else:
+                summary = _step_timings_summary(buckets, prefix, outcome.rank, raw)
+                if summary is None:
+                    notes.append(f"{who}: no trace summary and no steps.json")
+                    continue
+        except (ValidationError, ValueError) as exc:
+            count = exc.error_count() if isinstance(exc, ValidationError) else None
             notes.append(
-                f"rank {outcome.rank} (pod {outcome.pod}): unreadable summary "
-                f"({exc.error_count()} errors)"
+                f"{who}: unreadable summary "
+                + (f"({count} errors)" if count is not None else f"({exc})")
             )
             continue
         # The agent knows the rank; the operator's placement is authoritative for the job.
         summaries.append(summary.model_copy(update={"rank": outcome.rank}))
     return summaries, notes
+
+
+def is_rank_summary(raw: dict) -> bool:
+    """A RankSummary (from a trace, or stored from step timings) names its device kind; the
+    agent's step-time statistics (its steps-tier summary, and its fallback) do not."""
+    return "device_kind" in raw or "deviceKind" in raw
+
+
+def _step_timings_summary(
+    buckets: Buckets, prefix: str, rank: int, raw: dict
+) -> RankSummary | None:
+    document = _stored_json(buckets, rank_key(prefix, rank, RankArtifact.STEPS))
+    if document is None:
+        return None
+    summary = summarize_steps_document(document, rank=rank)
+    if raw.get("summaryError"):
+        # The trace was there but could not be summarised; say so next to the tier's limit.
+        notes = [*summary.source_notes, f"trace not summarised: {raw['summaryError']}"]
+        summary = summary.model_copy(update={"source_notes": notes})
+    return summary
+
+
+def _stored_json(buckets: Buckets, key: str) -> dict | None:
+    stored = buckets.get_bytes(key)
+    return json.loads(stored) if stored else None
 
 
 def merge_job(summaries: list[RankSummary], targets: Iterable[RankTarget]) -> JobSummary:

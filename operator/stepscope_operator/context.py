@@ -110,6 +110,10 @@ class SessionRecord(BaseModel):
     targets: list[RankTarget]
     capture_deadline: datetime
     unreachable: dict[str, str] = {}
+    # Windows the ranks passed before their agents were armed, one line each; every one
+    # led to a re-plan with a longer lead (`lead_seconds`) and a new capture id.
+    missed_windows: list[str] = []
+    lead_seconds: float | None = None
 
     @property
     def pod_ips(self) -> dict[str, str | None]:

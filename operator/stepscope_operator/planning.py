@@ -9,7 +9,9 @@ the lead time the user asked for, the slowest probe's round trip and a margin.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Protocol
 
@@ -118,4 +120,97 @@ def plan_window(
         steps_ahead=steps_ahead,
         expected_start=expected_start,
         expected_end=expected_end,
+    )
+
+
+# The agent's words when a rank's window began before its agent was armed
+# (stepscope_agent/windowing.py): armed too late, or armed in time but queued past the start.
+_MISSED_START = (
+    re.compile(r"armed at step (\d+), after start step (\d+)"),
+    re.compile(r"step (\d+) began before the window could start \(now (\d+)\)"),
+)
+# A re-planned lead is never below this, so a session asked for leadSeconds 0 still backs off.
+MIN_REPLAN_LEAD_SECONDS = 1.0
+
+
+@dataclass(frozen=True)
+class LeadWindow:
+    """spec.window with another lead time and no fixed start: what a re-plan asks for."""
+
+    steps: int
+    warmup_steps: int
+    lead_seconds: float
+    start_step: int | None = None
+
+
+@dataclass(frozen=True)
+class ReplanDecision:
+    """What to do after every rank missed the window's start: plan again (with
+    `lead_seconds` of lead) or give up with `message`."""
+
+    replan: bool
+    message: str
+    lead_seconds: float = 0.0
+    missed: str = ""  # this window and where the ranks were, for the record and the end
+
+
+def missed_start_step(reason: str | None) -> int | None:
+    """The step the rank had reached when it found its window's start already passed."""
+    for pattern in _MISSED_START:
+        match = pattern.search(reason or "")
+        if match:
+            observed = int(match.group(1))
+            # "step S began ... (now N)": N is where the rank was.
+            return int(match.group(2)) if pattern is _MISSED_START[1] else observed
+    return None
+
+
+def decide_replan(
+    outcomes: Iterable[tuple[str, str | None]],
+    plan: WindowPlan,
+    lead_seconds: float,
+    missed_before: list[str],
+    max_replans: int,
+    fixed_start: bool,
+) -> ReplanDecision | None:
+    """None unless no rank captured anything and every failed rank failed because the
+    ranks passed the start step before the arm (pods never armed may be missing too).
+    Then re-plan with twice the lead, or twice the time the arm really took when that is
+    longer, until `max_replans` re-plans were made; after that, give up naming the steps."""
+    outcomes = list(outcomes)
+    if any(verdict in ("captured", "misaligned") for verdict, _ in outcomes):
+        return None
+    failed = [reason for verdict, reason in outcomes if verdict == "failed"]
+    reached = [missed_start_step(reason) for reason in failed]
+    if not failed or any(step is None for step in reached):
+        return None
+    observed = max(reached)
+    missed = f"steps {plan.start_step}-{plan.end_step} (ranks were at step {observed})"
+    if fixed_start:
+        return ReplanDecision(
+            replan=False,
+            missed=missed,
+            message=f"the ranks passed spec.window.startStep={plan.start_step} before their "
+            f"agents were armed (they were at step {observed}); choose a later startStep or "
+            "omit it so the operator plans one",
+        )
+    history = [*missed_before, missed]
+    if len(missed_before) >= max_replans:
+        return ReplanDecision(
+            replan=False,
+            missed=missed,
+            message=f"the ranks passed the start step before their agents were armed "
+            f"{len(history)} time(s): {'; '.join(history)}; the steps are too fast for the "
+            "arm to catch: raise spec.window.leadSeconds or STEPSCOPE_MAX_REPLANS "
+            f"(now {max_replans})",
+        )
+    arm_seconds = max(0, observed - plan.highest_step) * plan.step_time_ms / 1000.0
+    lead = max(2 * lead_seconds, 2 * arm_seconds, MIN_REPLAN_LEAD_SECONDS)
+    return ReplanDecision(
+        replan=True,
+        missed=missed,
+        lead_seconds=round(lead, 3),
+        message=f"the ranks passed start step {plan.start_step} before their agents were "
+        f"armed (they were at step {observed}); re-planning with {lead:.1f}s of lead "
+        f"(re-plan {len(history)} of {max_replans})",
     )

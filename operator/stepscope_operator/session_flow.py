@@ -3,7 +3,8 @@
 The phase in status says where to resume: Pending waits for its turn,
 Planning resolves, probes, plans and arms (reusing plan.json when it exists,
 so a restart never re-plans an armed window), Armed/Capturing follow the
-agents, Collecting/Analyzing judge, merge and publish. Every wait is bounded:
+agents (and re-plan a window the ranks passed before the arm, see window_arming),
+Collecting/Analyzing judge, merge and publish. Every wait is bounded:
 by `timeoutSeconds` before arming, by the capture deadline after it.
 """
 
@@ -16,8 +17,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from stepscope.analysis.merge import MergeError
-from stepscope.api.session_status import RanksStatus, StatusWindow
-from stepscope_operator.arming import arm_pod, cancel_captures, capture_id_for
+from stepscope.api.session_status import StatusWindow
+from stepscope_operator.arming import cancel_captures, capture_id_for
 from stepscope_operator.baselines import compare_with_baseline
 from stepscope_operator.collecting import gather_summaries, merge_job, publish_artifacts
 from stepscope_operator.context import (
@@ -35,16 +36,17 @@ from stepscope_operator.queueing import active_sessions, blocking_session
 from stepscope_operator.settings import parse_duration
 from stepscope_operator.status import (
     ANALYZED,
-    ARMED,
     CAPTURED,
     TARGET_RESOLVED,
     final_phase,
     is_final,
     judge_ranks,
+    step_timings_only,
     summary_from_job,
     tally_ranks,
 )
-from stepscope_operator.targets import TargetError, TargetKind, group_by_pod, resolve_targets
+from stepscope_operator.targets import TargetError, TargetKind, resolve_targets
+from stepscope_operator.window_arming import MISSED_NOTHING, arm_record, replan_missed_window
 
 
 async def run_session(ctx: OperatorContext, body: dict[str, Any], stopped: Any) -> None:
@@ -62,15 +64,18 @@ async def run_session(ctx: OperatorContext, body: dict[str, Any], stopped: Any) 
         if record is None:
             await writer.fail("PlanLost", "the session's plan.json is gone from S3; cannot resume")
             return
-    if record is None:
-        return
-    if writer.phase in ("Armed", "Capturing"):
-        observations = await follow(ctx, view, record, writer, stopped)
-        if observations is None:
+    while record is not None:
+        if writer.phase in ("Armed", "Capturing"):
+            observations = await follow(ctx, view, record, writer, stopped)
+            if observations is None:
+                return
+        else:
+            observations = await observe(ctx, view, record)
+        missed = await replan_missed_window(ctx, view, writer, record, observations, stopped)
+        if missed is MISSED_NOTHING:
+            await collect_and_analyze(ctx, view, writer, record, observations)
             return
-    else:
-        observations = await observe(ctx, view, record)
-    await collect_and_analyze(ctx, view, writer, record, observations)
+        record = missed
 
 
 async def wait_for_turn(
@@ -152,55 +157,8 @@ async def plan_and_arm(
         if record is None:
             return None
         await asyncio.to_thread(save_record, ctx, view, record)
-    await writer.enter(
-        "Planning",
-        "Arming",
-        f"arming {len(group_by_pod(record.targets))} agent(s) for steps "
-        f"{record.plan.start_step}-{record.plan.end_step}",
-        window=StatusWindow(start_step=record.plan.start_step, end_step=record.plan.end_step),
-        ranks=RanksStatus(expected=len(record.targets)),
-    )
-    now = ctx.now()
-    pods = {
-        pod: ts for pod, ts in group_by_pod(record.targets).items() if pod not in record.unreachable
-    }
-    results = await asyncio.gather(
-        *(
-            arm_pod(
-                ctx.agents(view.namespace),
-                ctx.buckets,
-                ctx.settings,
-                view.prefix(ctx.settings),
-                record.capture_id,
-                record.plan,
-                view.spec.granularity,
-                record.capture_deadline,
-                now,
-                pod_targets,
-            )
-            for pod_targets in pods.values()
-        ),
-        return_exceptions=True,
-    )
-    for pod, result in zip(pods, results, strict=True):
-        if isinstance(result, Exception):
-            record.unreachable[pod] = f"arming failed: {result}"
-    await asyncio.to_thread(save_record, ctx, view, record)
-    armed = len(pods) - sum(isinstance(r, Exception) for r in results)
-    if armed == 0:
-        problems = "; ".join(f"{pod}: {why}" for pod, why in sorted(record.unreachable.items()))
-        await writer.fail("NoAgentArmed", f"no agent could be armed ({problems})", ARMED)
-        return None
-    lost = sorted(record.unreachable)
-    message = (
-        f"armed {armed} agent(s) for steps {record.plan.start_step}-{record.plan.end_step}, "
-        f"about {(record.plan.expected_start - ctx.now()).total_seconds():.0f}s from now"
-        + (f"; unreachable pod(s): {', '.join(lost)}" if lost else "")
-    )
-    await writer.enter(
-        "Armed", "AgentsArmed", message, conditions=((ARMED, "True", "AgentsArmed", message),)
-    )
-    return record
+    await arm_record(ctx, view, writer, record)
+    return record if writer.phase == "Armed" else None
 
 
 async def make_plan(
@@ -355,7 +313,14 @@ async def collect_and_analyze(
     await asyncio.to_thread(ctx.buckets.abort_incomplete_uploads, prefix)
     summary = summary_from_job(job, record.plan.step_time_ms)
     comparison = await compare_with_baseline(ctx, view, job)
-    analyzed = f"bottleneck {summary.bottleneck}, median step {summary.step_time}"
+    if step_timings_only(job):
+        data_share = job.mean_breakdown.percent("data_loading_ms")
+        analyzed = (
+            f"step timings only: median step {summary.step_time}, {data_share:.0f}% data wait; "
+            "communication is not separated from compute at this tier (use granularity ops)"
+        )
+    else:
+        analyzed = f"bottleneck {summary.bottleneck}, median step {summary.step_time}"
     if summary.straggler is not None:
         analyzed += f", straggler rank {summary.straggler.rank} (pod {summary.straggler.pod})"
     await writer.enter(

@@ -44,6 +44,7 @@ ENV: dict[str, str] = {
     "probe_timeout_seconds": "STEPSCOPE_PROBE_TIMEOUT_SECONDS",
     "plan_margin_seconds": "STEPSCOPE_PLAN_MARGIN_SECONDS",
     "plan_min_steps": "STEPSCOPE_PLAN_MIN_STEPS",
+    "max_replans": "STEPSCOPE_MAX_REPLANS",
     "grant_margin_seconds": "STEPSCOPE_GRANT_MARGIN_SECONDS",
     "collect_reserve_seconds": "STEPSCOPE_COLLECT_RESERVE_SECONDS",
     "poll_interval_seconds": "STEPSCOPE_POLL_INTERVAL_SECONDS",
@@ -152,6 +153,15 @@ class OperatorSettings(BaseModel):
         description="Global step the trainers must have reached before the operator plans a "
         "window (unless startStep is given): the first steps are slow, and a step time "
         "measured on them places the window too close.",
+    )
+    max_replans: int = Field(
+        3,
+        ge=0,
+        le=10,
+        description="Times a session plans a new window further ahead (doubling the lead) "
+        "when every rank passed the start step before its agent was armed; three doublings "
+        "cover an arm eight times slower than planned, more means the steps are too fast to "
+        "catch and the session fails naming the steps.",
     )
     grant_margin_seconds: float = Field(
         600.0,

@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from stepscope.analysis.job_model import JobSummary
+from stepscope.analysis.step_timings import is_step_timings
 from stepscope.api.agent import CaptureState, RankCaptureStatus
 from stepscope.api.meta import CONDITION_MESSAGE_MAX_LENGTH, Condition
 from stepscope.api.session_status import (
@@ -213,7 +214,10 @@ def summary_from_job(job: JobSummary, unprofiled_step_ms: float | None = None) -
         )
     mean = job.mean_breakdown
     breakdown = None
-    if mean.total_ms > 0:
+    # From step timings alone, compute is compute-or-unattributed: a breakdown would claim
+    # 0% communication, so the status gives none and the findings say what was measured.
+    timings_only = step_timings_only(job)
+    if mean.total_ms > 0 and not timings_only:
         breakdown = Breakdown(
             compute=_pct(mean.percent("compute_ms")),
             exposed_communication=_pct(mean.percent("comm_exposed_ms")),
@@ -254,9 +258,21 @@ def summary_from_job(job: JobSummary, unprofiled_step_ms: float | None = None) -
         breakdown=breakdown,
         overlap=overlap,
         straggler=straggler,
-        bottleneck=_BOTTLENECKS.get(job.bottleneck, "compute"),
+        bottleneck=_timings_bottleneck(job)
+        if timings_only
+        else _BOTTLENECKS.get(job.bottleneck, "compute"),
         findings=findings,
     )
+
+
+def step_timings_only(job: JobSummary) -> bool:
+    """True when no rank recorded a trace (the steps tier): only step times are known."""
+    return bool(job.ranks) and all(is_step_timings(rank) for rank in job.ranks)
+
+
+def _timings_bottleneck(job: JobSummary) -> str | None:
+    """Step timings can only show a data-loading bottleneck; anything else is unknown."""
+    return "data-loading" if job.bottleneck == "data_loading" else None
 
 
 def set_condition(

@@ -42,6 +42,11 @@ from stepscope.analysis.job_model import (
     StepRange,
     Straggler,
 )
+from stepscope.analysis.step_timings import (
+    TIER_LIMIT_NOTE,
+    is_step_timings,
+    step_timing_findings,
+)
 from stepscope.analysis.summary_model import Breakdown, RankSummary
 
 STRAGGLER_MIN_Z = 3.5
@@ -242,11 +247,21 @@ def merge_ranks(
         bottleneck=_bottleneck(mean_breakdown),
         notes=notes,
     )
-    if len(summaries) > 1:
+    traced = [s for s in summaries if not is_step_timings(s)]
+    if len(summaries) > 1 and traced:
         _merge_collectives(job, summaries, median_step_ms, where)
+    if len(traced) < len(summaries):
+        # Step timings carry no collectives by design: nothing to align or to find
+        # stragglers at, and their compute is compute-or-unattributed, so a compute
+        # imbalance across ranks would only measure who waited where.
+        timed = [s.rank for s in summaries if is_step_timings(s)]
+        job.notes = [n for n in job.notes if not n.endswith(TIER_LIMIT_NOTE)]
+        job.notes.append(f"rank(s) {timed}: {TIER_LIMIT_NOTE}")
+        job.step_imbalance = [] if not traced else job.step_imbalance
     imbalances = [entry.imbalance for entry in job.step_imbalance]
     job.load_imbalance = round(_median(imbalances), 4) if imbalances else None
-    job.findings = diagnose(job)
+    findings = diagnose(job) + step_timing_findings(job)
+    job.findings = sorted(findings, key=lambda f: (-f.severity.order, -f.impact_pct, f.id))
     return job
 
 
@@ -257,7 +272,7 @@ def _merge_collectives(
     placement: dict[int, Placement],
 ) -> None:
     silent = [s.rank for s in summaries if not s.collectives]
-    if len(silent) == len(summaries):
+    if all(is_step_timings(s) or not s.collectives for s in summaries):
         raise MergeError(
             f"{len(summaries)} ranks but no collective found in any trace, so communication "
             "cannot be measured (it is not 0%). Profile with the CPU activity on so c10d/"

@@ -5,10 +5,12 @@ where it was written), the cross-rank merge and the findings. Changes are
 additive only: new fields are optional with defaults, so older summaries still
 load. Readers ignore unknown keys, so newer summaries load in older code.
 
-Changes since the first version (10:35): ``CollectiveRecord.source`` may also be
-``"nccl_annotation"`` (``nccl:*`` CPU ranges, the last-resort source);
-``DeviceSplit`` resolves overlaps compute > communication > memory (it said
-communication first), which is what HTA's temporal breakdown does.
+Changes since the first version (10:35): ``RankSummary.kind`` ("trace", the
+default, or "step-timings" for summaries made from step timings alone);
+``CollectiveRecord.source`` may also be ``"nccl_annotation"`` (``nccl:*`` CPU
+ranges, the last-resort source); ``DeviceSplit`` resolves overlaps compute >
+communication > memory (it said communication first), which is what HTA's
+temporal breakdown does.
 
 Units: durations are milliseconds (``*_ms``); timestamps are microseconds in the
 trace's own clock (``*_us``), exactly as Kineto wrote them, so ranks are aligned
@@ -276,6 +278,14 @@ class RankSummary(_Model):
 
     schema_version: int = SCHEMA_VERSION
     source: str = Field("", description="File name the summary was made from.")
+    kind: Literal["trace", "step-timings"] = Field(
+        "trace",
+        description=(
+            "What the summary was made from: a profiler trace, or only the agent's per-step "
+            "timings (see step_timings.py), where compute_ms means compute-or-unattributed "
+            "and communication is not measured."
+        ),
+    )
     rank: int
     rank_origin: Literal["trace", "caller", "assumed"] = "trace"
     world_size: int | None = None

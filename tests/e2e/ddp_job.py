@@ -39,6 +39,9 @@ def main() -> None:
         time.sleep(args.step_sleep + (args.slow_extra if rank == args.slow_rank else 0.0))
         loss.backward()
         optimizer.step()
+    # Leave together: a rank that tears gloo down while a peer still talks to it
+    # can abort the peer at exit.
+    dist.barrier()
     dist.destroy_process_group()
     print(f"rank {rank} pid {os.getpid()} done", flush=True)
 

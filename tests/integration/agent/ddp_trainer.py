@@ -69,6 +69,9 @@ def main() -> None:
     (args.loss_dir / f"rank-{rank}.json").write_text(
         json.dumps({"losses": losses, "rss": rss, "pid": os.getpid()})
     )
+    # Leave together: a rank that tears gloo down while a peer still talks to it
+    # can abort the peer at exit.
+    dist.barrier()
     dist.destroy_process_group()
 
 

@@ -52,6 +52,9 @@ def main(out: Path) -> None:
             profiler.step()
             if step >= 1 + 1 + ACTIVE_STEPS:
                 break
+    # Leave together: a rank that tears gloo down while a peer still talks to it
+    # can abort the peer at exit.
+    dist.barrier()
     dist.destroy_process_group()
 
 

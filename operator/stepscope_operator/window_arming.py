@@ -1,0 +1,168 @@
+"""Arm the agents for a planned window, and plan again when the ranks outran the arm.
+
+Arming is idempotent per capture id, so a restarted operator may arm the persisted plan
+again. A window the ranks passed before their agents were armed (fast steps, a slow arm)
+cannot be captured any more; it is re-planned further ahead under a new capture id, its
+plan persisted before the old capture is cancelled, so a restart resumes the new window.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from stepscope.api.session_status import RanksStatus, StatusWindow
+from stepscope_operator.arming import arm_pod, cancel_captures, capture_id_for
+from stepscope_operator.context import (
+    OperatorContext,
+    SessionRecord,
+    SessionView,
+    StatusWriter,
+    save_record,
+)
+from stepscope_operator.following import PodObservation
+from stepscope_operator.planning import LeadWindow, PlanningError, decide_replan, plan_window
+from stepscope_operator.probing import probe_agents
+from stepscope_operator.status import ARMED, CAPTURED, judge_ranks, tally_ranks
+from stepscope_operator.targets import group_by_pod
+
+
+async def arm_record(
+    ctx: OperatorContext, view: SessionView, writer: StatusWriter, record: SessionRecord
+) -> None:
+    """Arm every reachable pod for the record's window; Armed, or Failed when none could be."""
+    await writer.enter(
+        "Planning",
+        "Arming",
+        f"arming {len(group_by_pod(record.targets))} agent(s) for steps "
+        f"{record.plan.start_step}-{record.plan.end_step}",
+        window=StatusWindow(start_step=record.plan.start_step, end_step=record.plan.end_step),
+        ranks=RanksStatus(expected=len(record.targets)),
+    )
+    now = ctx.now()
+    pods = {
+        pod: ts for pod, ts in group_by_pod(record.targets).items() if pod not in record.unreachable
+    }
+    results = await asyncio.gather(
+        *(
+            arm_pod(
+                ctx.agents(view.namespace),
+                ctx.buckets,
+                ctx.settings,
+                view.prefix(ctx.settings),
+                record.capture_id,
+                record.plan,
+                view.spec.granularity,
+                record.capture_deadline,
+                now,
+                pod_targets,
+            )
+            for pod_targets in pods.values()
+        ),
+        return_exceptions=True,
+    )
+    for pod, result in zip(pods, results, strict=True):
+        if isinstance(result, Exception):
+            record.unreachable[pod] = f"arming failed: {result}"
+    await asyncio.to_thread(save_record, ctx, view, record)
+    armed = len(pods) - sum(isinstance(r, Exception) for r in results)
+    if armed == 0:
+        problems = "; ".join(f"{pod}: {why}" for pod, why in sorted(record.unreachable.items()))
+        await writer.fail("NoAgentArmed", f"no agent could be armed ({problems})", ARMED)
+        return
+    lost = sorted(record.unreachable)
+    message = (
+        f"armed {armed} agent(s) for steps {record.plan.start_step}-{record.plan.end_step}, "
+        f"about {(record.plan.expected_start - ctx.now()).total_seconds():.0f}s from now"
+        + (f"; unreachable pod(s): {', '.join(lost)}" if lost else "")
+    )
+    await writer.enter(
+        "Armed", "AgentsArmed", message, conditions=((ARMED, "True", "AgentsArmed", message),)
+    )
+
+
+# replan_missed_window's answer when the ranks did not miss the window: go on and analyse.
+MISSED_NOTHING = object()
+
+
+async def replan_missed_window(
+    ctx: OperatorContext,
+    view: SessionView,
+    writer: StatusWriter,
+    record: SessionRecord,
+    observations: dict[str, PodObservation],
+    stopped: Any,
+) -> Any:
+    """When every rank passed the start step before its agent was armed (fast steps, slow
+    arm), plan a window further ahead and arm it under a new capture id. Returns
+    MISSED_NOTHING when the window was not missed, the new (armed and persisted) record, or
+    None when the session ended or the operator stopped."""
+    outcomes = judge_ranks(
+        record.targets, observations, record.plan.start_step, record.plan.end_step
+    )
+    lead = record.lead_seconds
+    if lead is None:
+        lead = float(view.spec.window.lead_seconds)
+    decision = decide_replan(
+        ((o.verdict, o.reason) for o in outcomes),
+        record.plan,
+        lead,
+        record.missed_windows,
+        ctx.settings.max_replans,
+        fixed_start=view.spec.window.start_step is not None,
+    )
+    if decision is None:
+        return MISSED_NOTHING
+    if not decision.replan:
+        await writer.enter(
+            "Failed",
+            "WindowMissed",
+            decision.message,
+            conditions=((CAPTURED, "False", "WindowMissed", decision.message),),
+            ranks=tally_ranks(outcomes),
+        )
+        return None
+    armed = {pod: ip for pod, ip in record.pod_ips.items() if pod not in record.unreachable}
+    await ctx.kube.post_event(view.body, "Warning", "Replanned", decision.message)
+    await writer.enter("Planning", "Replanning", decision.message)
+    window = LeadWindow(
+        steps=view.spec.window.steps,
+        warmup_steps=view.spec.window.warmup_steps,
+        lead_seconds=decision.lead_seconds,
+    )
+    while not stopped:
+        probes = await probe_agents(ctx.agents(view.namespace), record.pod_ips)
+        now = ctx.now()
+        try:
+            plan = plan_window(
+                probes.values(),
+                window,
+                now,
+                ctx.settings.plan_margin_seconds,
+                deadline=record.capture_deadline,
+            )
+        except PlanningError as exc:
+            if not exc.retry or now > record.capture_deadline:
+                await writer.fail(exc.reason, f"re-planning failed: {exc}")
+                return None
+            await stopped.wait(ctx.settings.poll_interval_seconds)
+            continue
+        attempt = len(record.missed_windows) + 1
+        missed_capture = record.capture_id
+        record = record.model_copy(
+            update={
+                "capture_id": f"{capture_id_for(view.name, view.uid)}-r{attempt}",
+                "plan": plan,
+                "lead_seconds": decision.lead_seconds,
+                "missed_windows": [*record.missed_windows, decision.missed],
+                "unreachable": {
+                    pod: p.error or "unreachable" for pod, p in probes.items() if not p.ok
+                },
+            }
+        )
+        # Persisted before anything else, so a restarted operator resumes this window.
+        await asyncio.to_thread(save_record, ctx, view, record)
+        await cancel_captures(ctx.agents(view.namespace), armed, missed_capture)
+        await arm_record(ctx, view, writer, record)
+        return record if writer.phase == "Armed" else None
+    return None

@@ -1,0 +1,59 @@
+"""granularity: steps records no trace, only step timings: the session still ends Succeeded,
+with step times in status and the tier's limits said, not a 0% communication claim."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from e2e_helpers import apply, profile_session, pytorchjob, running_pods
+from operator_helpers import get_session, session_phase, wait_for
+
+pytestmark = pytest.mark.e2e
+
+
+def test_steps_tier_session_succeeds_with_step_times(e2e_cluster, namespace, operator_process):
+    cluster = e2e_cluster
+    apply(
+        cluster,
+        pytorchjob(namespace, "ddp", workers=3, args=["--steps", "3000", "--step-sleep", "0.05"]),
+    )
+    wait_for("4 running pods", running_pods(cluster, namespace, "ddp"), 180)
+    session = profile_session(namespace, "ddp-steps", "ddp")
+    session["spec"]["granularity"] = "steps"
+    apply(cluster, session)
+    wait_for(
+        "a final phase",
+        lambda: (
+            session_phase(cluster, namespace, "ddp-steps")
+            in ("Succeeded", "PartiallySucceeded", "Failed")
+        ),
+        180,
+        interval=1,
+    )
+    status = get_session(cluster, namespace, "ddp-steps")["status"]
+    assert status["phase"] == "Succeeded", json.dumps(status, indent=1)
+    assert status["ranks"]["expected"] == 4 and status["ranks"]["captured"] == 4
+    summary = status["summary"]
+    # The trainer sleeps 50 ms a step, so a step takes at least that.
+    assert summary["stepTimeMs"]["p50"] >= 50 and summary["stepTime"]
+    # No breakdown that would claim 0% communication; the limit is said instead.
+    assert "breakdown" not in summary and "overlap" not in summary
+    assert "step-timings-only" in [f["id"] for f in summary["findings"]]
+    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+    assert ready["status"] == "True" and "step timings only" in ready["message"]
+    assert "communication is not separated" in ready["message"]
+
+    s3 = cluster.s3_client()
+    prefix = status["artifacts"]["uri"].split("/", 3)[3]
+    keys = {
+        o["Key"][len(prefix) :]
+        for o in s3.list_objects_v2(Bucket=cluster.s3_bucket, Prefix=prefix)["Contents"]
+    }
+    assert {f"rank-{r}/steps.json" for r in range(4)} <= keys
+    assert not any(key.endswith("trace.json.gz") for key in keys)
+    job = json.loads(
+        s3.get_object(Bucket=cluster.s3_bucket, Key=prefix + "summary.json")["Body"].read()
+    )
+    assert {rank["kind"] for rank in job["ranks"]} == {"step-timings"}
+    assert all(len(rank["steps"]) == 5 for rank in job["ranks"])

@@ -1,0 +1,97 @@
+"""The re-plan decision after the ranks passed the start step before their agents were armed."""
+
+from datetime import UTC, datetime
+
+from stepscope_operator.planning import (
+    MIN_REPLAN_LEAD_SECONDS,
+    LeadWindow,
+    WindowPlan,
+    decide_replan,
+    missed_start_step,
+    plan_window,
+)
+from stepscope_operator.probing import Probe
+
+from stepscope.api.agent import AgentStatus
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+PLAN = WindowPlan(
+    start_step=120,
+    end_step=124,
+    steps=5,
+    warmup_steps=1,
+    highest_step=100,
+    step_time_ms=10.0,
+    steps_ahead=20,
+    expected_start=NOW,
+    expected_end=NOW,
+)
+LATE = "failed: armed at step 160, after start step 120"
+QUEUED = "failed: step 120 began before the window could start (now 150)"
+
+
+def decide(outcomes, lead=2.0, missed_before=(), max_replans=3, fixed_start=False):
+    return decide_replan(outcomes, PLAN, lead, list(missed_before), max_replans, fixed_start)
+
+
+def test_the_agents_words_give_the_step_the_ranks_had_reached():
+    assert missed_start_step(LATE) == 160
+    assert missed_start_step(QUEUED) == 150
+    assert missed_start_step("failed: profiler error at step 3: boom") is None
+    assert missed_start_step(None) is None
+
+
+def test_every_rank_late_replans_with_twice_the_lead_or_the_arm_time():
+    decision = decide([("failed", LATE), ("failed", QUEUED), ("missing", "unreachable")])
+    # The arm took 60 steps of 10 ms = 0.6 s (from the probe at 100 to step 160); the lead
+    # doubles from 2 s to 4 s, which is longer.
+    assert decision.replan and decision.lead_seconds == 4.0
+    assert decision.missed == "steps 120-124 (ranks were at step 160)"
+    assert "re-plan 1 of 3" in decision.message and "step 160" in decision.message
+
+    slow_arm = decide([("failed", LATE)], lead=0.1)
+    assert slow_arm.lead_seconds == 1.2  # twice the 0.6 s the arm really took
+    zero = decide_replan(
+        [("failed", "failed: armed at step 101, after start step 100")],
+        PLAN.model_copy(update={"highest_step": 100}),
+        0.0,
+        [],
+        3,
+        False,
+    )
+    assert zero.lead_seconds == MIN_REPLAN_LEAD_SECONDS
+
+
+def test_other_failures_or_any_capture_mean_no_replan():
+    assert decide([("failed", LATE), ("failed", "failed: trainer exited at step 3")]) is None
+    assert decide([("failed", LATE), ("captured", None)]) is None
+    assert decide([("failed", LATE), ("misaligned", "captured steps 1-5")]) is None
+    assert decide([("missing", "unreachable")]) is None
+    assert decide([]) is None
+
+
+def test_gives_up_after_max_replans_naming_every_missed_window():
+    before = ["steps 50-54 (ranks were at step 60)", "steps 80-84 (ranks were at step 95)"]
+    decision = decide([("failed", LATE)], missed_before=before, max_replans=2)
+    assert not decision.replan
+    assert "3 time(s)" in decision.message
+    for window in (*before, "steps 120-124 (ranks were at step 160)"):
+        assert window in decision.message
+    assert "STEPSCOPE_MAX_REPLANS" in decision.message
+    assert not decide([("failed", LATE)], max_replans=0).replan
+
+
+def test_a_fixed_start_step_is_not_moved():
+    decision = decide([("failed", LATE)], fixed_start=True)
+    assert not decision.replan and "startStep=120" in decision.message
+
+
+def test_a_longer_lead_plans_further_ahead():
+    status = AgentStatus(
+        pod="p", current_step=160, step_time_ms=10.0, agent_time=0.0, agent_version="t"
+    )
+    probe = Probe(pod="p", status=status, rtt_s=0.01, clock_offset_s=0.0)
+    short = plan_window([probe], LeadWindow(steps=5, warmup_steps=1, lead_seconds=1.0), NOW, 0)
+    long = plan_window([probe], LeadWindow(steps=5, warmup_steps=1, lead_seconds=4.0), NOW, 0)
+    assert short.start_step == 160 + 1 + 101
+    assert long.start_step == 160 + 1 + 401
