@@ -173,20 +173,25 @@ def decide_replan(
     max_replans: int,
     fixed_start: bool,
 ) -> ReplanDecision | None:
-    """None unless no rank captured anything and every failed rank failed because the
-    ranks passed the start step before the arm (pods never armed may be missing too).
-    Then re-plan with twice the lead, or twice the time the arm really took when that is
-    longer, until `max_replans` re-plans were made; after that, give up naming the steps."""
+    """None unless every failed rank failed because the ranks passed the start step before
+    the arm (pods never armed may be missing too; none captured other steps). Then re-plan
+    with twice the lead, or twice the time the arm really took when that is longer, until
+    `max_replans` re-plans were made. Ranks that did capture are re-captured with the others
+    (a whole job beats a part of it); when no re-plan is left they are analysed as they are,
+    and only when none captured does the session give up, naming the missed steps."""
     outcomes = list(outcomes)
-    if any(verdict in ("captured", "misaligned") for verdict, _ in outcomes):
+    if any(verdict == "misaligned" for verdict, _ in outcomes):
         return None
     failed = [reason for verdict, reason in outcomes if verdict == "failed"]
     reached = [missed_start_step(reason) for reason in failed]
     if not failed or any(step is None for step in reached):
         return None
+    some_captured = any(verdict == "captured" for verdict, _ in outcomes)
     observed = max(reached)
     missed = f"steps {plan.start_step}-{plan.end_step} (ranks were at step {observed})"
     if fixed_start:
+        if some_captured:
+            return None
         return ReplanDecision(
             replan=False,
             missed=missed,
@@ -196,6 +201,8 @@ def decide_replan(
         )
     history = [*missed_before, missed]
     if len(missed_before) >= max_replans:
+        if some_captured:
+            return None
         return ReplanDecision(
             replan=False,
             missed=missed,

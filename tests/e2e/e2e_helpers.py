@@ -11,6 +11,7 @@ from typing import Any
 
 import jsonpatch
 from operator_helpers import MASTER_TOKEN
+from stepscope_dev.demojob import free_port
 from stepscope_operator.agent_contract import IMAGE_HOOK_DIR
 from stepscope_operator.agent_token import agent_token_for_namespace
 from stepscope_operator.injection import INJECT_LABEL, InjectionSettings, build_injection_patch
@@ -20,8 +21,14 @@ AGENT_PORT = 9464
 HOOK_SOURCE = E2E_DIR.parents[1] / "agent_image" / "hook"
 
 
-def pod_template(namespace: str, args: list[str], agent_port: int = AGENT_PORT) -> dict[str, Any]:
-    """A replica's pod template with the agent injected by the webhook's own patch function."""
+def pod_template(
+    namespace: str, args: list[str], master_port: int, agent_port: int = AGENT_PORT
+) -> dict[str, Any]:
+    """A replica's pod template with the agent injected by the webhook's own patch function.
+
+    torch's TCPStore listens on every interface, so each job gets its own free master port
+    (the training operator reads it from the port named pytorchjob-port): a job still
+    shutting down after the previous test must not hold the next job's port."""
     pod = {
         "metadata": {"labels": {INJECT_LABEL: "true"}},
         "spec": {
@@ -31,6 +38,7 @@ def pod_template(namespace: str, args: list[str], agent_port: int = AGENT_PORT) 
                     "image": "python:3.11",
                     "command": ["python", str(E2E_DIR / "ddp_job.py"), *args],
                     "env": [{"name": "OMP_NUM_THREADS", "value": "1"}],
+                    "ports": [{"name": "pytorchjob-port", "containerPort": master_port}],
                 }
             ]
         },
@@ -54,11 +62,12 @@ def pod_template(namespace: str, args: list[str], agent_port: int = AGENT_PORT) 
 def pytorchjob(
     namespace: str, name: str, workers: int, args: list[str], master_agent_port: int = AGENT_PORT
 ) -> dict[str, Any]:
-    template = pod_template(namespace, args)
+    master_port = free_port()
+    template = pod_template(namespace, args, master_port)
     master = (
         copy.deepcopy(template)
         if master_agent_port == AGENT_PORT
-        else pod_template(namespace, args, master_agent_port)
+        else pod_template(namespace, args, master_port, master_agent_port)
     )
     return {
         "apiVersion": "kubeflow.org/v1",

@@ -21,12 +21,18 @@ def test_restart_mid_window_resumes_to_a_final_phase(e2e_cluster, namespace, ope
     wait_for("2 running pods", running_pods(cluster, namespace, "crash"), 180)
     # A long lead leaves time to kill the operator while the agents are armed.
     apply(cluster, profile_session(namespace, "crash-profile", "crash", leadSeconds=15))
-    wait_for(
-        "Armed",
-        lambda: session_phase(cluster, namespace, "crash-profile") == "Armed",
-        120,
-        interval=0.3,
-    )
+    try:
+        wait_for(
+            "Armed",
+            lambda: session_phase(cluster, namespace, "crash-profile") == "Armed",
+            120,
+            interval=0.3,
+        )
+    except AssertionError as missed:
+        raise AssertionError(
+            f"{missed}; session: {get_session(cluster, namespace, 'crash-profile')}\n"
+            f"operator log: {operator_process.logs()[-4000:]}"
+        ) from None
     planned = get_session(cluster, namespace, "crash-profile")["status"]["window"]
 
     operator_process.stop(signal.SIGKILL)

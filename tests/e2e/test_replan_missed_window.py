@@ -52,7 +52,7 @@ def test_missed_start_is_replanned_and_succeeds(e2e_cluster, namespace, tight_op
     events = session_events(cluster, namespace, "fast-profile")
     replans = [e for e in events if e["reason"] == "Replanned"]
     print(*(f"{e['reason']}: {e['message']}" for e in events), sep="\n")
-    assert replans, [(e["reason"], e["message"]) for e in events]
+    assert replans, (status, [(e["reason"], e["message"]) for e in events])
     assert "before their agents were armed" in replans[0]["message"]
     assert status["phase"] == "Succeeded", json.dumps(status, indent=1)
     assert status["ranks"]["captured"] == 4

@@ -62,12 +62,20 @@ def test_every_rank_late_replans_with_twice_the_lead_or_the_arm_time():
     assert zero.lead_seconds == MIN_REPLAN_LEAD_SECONDS
 
 
-def test_other_failures_or_any_capture_mean_no_replan():
+def test_other_failures_or_misaligned_ranks_mean_no_replan():
     assert decide([("failed", LATE), ("failed", "failed: trainer exited at step 3")]) is None
-    assert decide([("failed", LATE), ("captured", None)]) is None
     assert decide([("failed", LATE), ("misaligned", "captured steps 1-5")]) is None
+    assert decide([("captured", None), ("captured", None)]) is None
     assert decide([("missing", "unreachable")]) is None
     assert decide([]) is None
+
+
+def test_some_ranks_armed_in_time_are_recaptured_with_the_rest_while_replans_last():
+    mixed = [("captured", None), ("failed", LATE)]
+    assert decide(mixed).replan
+    # Out of re-plans (or with a fixed startStep): the captured ranks are analysed as they are.
+    assert decide(mixed, missed_before=["steps 1-5 (ranks were at step 9)"], max_replans=1) is None
+    assert decide(mixed, fixed_start=True) is None
 
 
 def test_gives_up_after_max_replans_naming_every_missed_window():
