@@ -114,11 +114,12 @@ def test_a_restarted_runner_fails_the_pods_its_predecessor_ran(local_cluster, na
                    timeout=60, what="pod survivor to run")
     pid = container_pid(pod, "main")
     # The runner dies without a chance to clean up; its pod's process outlives it.
-    os.kill(local_cluster.pids["podrunner"], signal.SIGKILL)
-    wait_for(lambda: not pid_alive(local_cluster.pids["podrunner"]), timeout=10,
-             what="the runner to die")
+    runner = start_podrunner(local_cluster, die_with_parent=True)
+    os.kill(runner.pid, signal.SIGKILL)
+    runner.wait(timeout=10)
     assert pid_alive(pid)
-    start_podrunner(local_cluster, die_with_parent=True)
+    successor = start_podrunner(local_cluster, die_with_parent=True)
+    assert successor.pid != runner.pid and local_cluster.pids["podrunner"] == successor.pid
     pod = wait_for(lambda: pod_in_phase(local_cluster, namespace, "survivor", "Failed"),
                    timeout=30, what="the new runner to fail the orphaned pod")
     assert pod["status"]["reason"] == "NodeRestarted"
