@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from stepscope_dev.cluster import free_port
+from stepscope_dev.processes import start_process
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 LIVENESS_TIMEOUT_S = 60.0
@@ -30,9 +31,12 @@ def operator_env(cluster: Any, master_token: str, **extra: str) -> dict[str, str
 class OperatorProcess:
     """The operator as a subprocess; start() again after stop() to model a restart."""
 
-    def __init__(self, env: dict[str, str], log_path: Path) -> None:
+    def __init__(self, env: dict[str, str], log_path: Path, *,
+                 die_with_parent: bool = False) -> None:
         self.env = env
         self.log_path = log_path
+        # Tests set this, so an operator never outlives a test runner that was killed.
+        self.die_with_parent = die_with_parent
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -42,11 +46,10 @@ class OperatorProcess:
     def start(self) -> None:
         port = free_port()
         health = f"http://127.0.0.1:{port}/healthz"
-        with self.log_path.open("a") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "stepscope_operator.main", f"--liveness={health}"],
-                env=self.env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT,
-            )
+        self.proc = start_process(
+            [sys.executable, "-m", "stepscope_operator.main", f"--liveness={health}"],
+            self.log_path, env=self.env, cwd=REPO_ROOT, die_with_parent=self.die_with_parent,
+        )
         deadline = time.monotonic() + LIVENESS_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

@@ -79,7 +79,9 @@ def test_session_lifecycle_with_only_the_charts_permissions(
     _token_kubeconfig(local_cluster, account, kubeconfig)
 
     operator = OperatorProcess(
-        operator_env(local_cluster, KUBECONFIG=str(kubeconfig)), tmp_path / "operator.log"
+        operator_env(local_cluster, KUBECONFIG=str(kubeconfig)),
+        tmp_path / "operator.log",
+        die_with_parent=True,
     )
     operator.start()
     try:
