@@ -38,4 +38,5 @@ bench: venv binaries
 
 lint: venv
 	$(VENV)/bin/ruff check stepscope operator agent_image dev tests bench
+	$(VENV)/bin/ruff format --check stepscope operator agent_image dev tests bench
 	$(PY) -m stepscope.api.crdgen --check

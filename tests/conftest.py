@@ -31,8 +31,9 @@ def local_cluster(tmp_path_factory):
     from stepscope_dev.build import ensure_binaries
     from stepscope_dev.cluster import start_cluster, stop_cluster
 
-    cluster = start_cluster(tmp_path_factory.mktemp("cluster"), ensure_binaries(),
-                            die_with_parent=True)
+    cluster = start_cluster(
+        tmp_path_factory.mktemp("cluster"), ensure_binaries(), die_with_parent=True
+    )
     try:
         yield cluster
     finally:

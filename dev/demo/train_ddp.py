@@ -38,8 +38,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--hidden", type=int, default=512)
     parser.add_argument("--decode-ms", type=float, default=2.0, help="input cost per sample")
-    parser.add_argument("--slow-rank", type=int, default=-1,
-                        help="a rank whose input pipeline is slower (a straggler); -1 for none")
+    parser.add_argument(
+        "--slow-rank",
+        type=int,
+        default=-1,
+        help="a rank whose input pipeline is slower (a straggler); -1 for none",
+    )
     parser.add_argument("--slow-decode-ms", type=float, default=6.0)
     parser.add_argument("--seed", type=int, default=0)
     return parser.parse_args()
@@ -57,11 +61,15 @@ def main() -> None:
     sampler = DistributedSampler(dataset, num_replicas=world, rank=rank, seed=args.seed)
     loader = DataLoader(dataset, batch_size=args.batch_size, sampler=sampler, drop_last=True)
 
-    model = DistributedDataParallel(torch.nn.Sequential(
-        torch.nn.Linear(3 * 32 * 32, args.hidden), torch.nn.ReLU(),
-        torch.nn.Linear(args.hidden, args.hidden), torch.nn.ReLU(),
-        torch.nn.Linear(args.hidden, 10),
-    ))
+    model = DistributedDataParallel(
+        torch.nn.Sequential(
+            torch.nn.Linear(3 * 32 * 32, args.hidden),
+            torch.nn.ReLU(),
+            torch.nn.Linear(args.hidden, args.hidden),
+            torch.nn.ReLU(),
+            torch.nn.Linear(args.hidden, 10),
+        )
+    )
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 
     step, epoch, started = 0, 0, time.monotonic()
@@ -75,8 +83,11 @@ def main() -> None:
             step += 1
             if rank == 0 and step % 50 == 0:
                 elapsed = time.monotonic() - started
-                print(f"step {step}/{args.steps} loss {loss.item():.4f} "
-                      f"({elapsed / step * 1000:.0f} ms/step)", flush=True)
+                print(
+                    f"step {step}/{args.steps} loss {loss.item():.4f} "
+                    f"({elapsed / step * 1000:.0f} ms/step)",
+                    flush=True,
+                )
             if step >= args.steps:
                 break
         epoch += 1
@@ -86,8 +97,9 @@ def main() -> None:
     dist.barrier()
     dist.destroy_process_group()
     if rank == 0:
-        print(f"done: {step} steps on {world} ranks in {time.monotonic() - started:.1f}s",
-              flush=True)
+        print(
+            f"done: {step} steps on {world} ranks in {time.monotonic() - started:.1f}s", flush=True
+        )
 
 
 if __name__ == "__main__":

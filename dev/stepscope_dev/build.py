@@ -132,8 +132,12 @@ def _run_go(args: list[str], cwd: Path, label: str) -> None:
     """Run a go command, turning `-v` package lines into periodic progress."""
     started = time.monotonic()
     proc = subprocess.Popen(
-        ["go", *args], cwd=cwd, env=_go_env(), stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True,
+        ["go", *args],
+        cwd=cwd,
+        env=_go_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     assert proc.stdout is not None
     packages = 0
@@ -154,17 +158,21 @@ def _run_go(args: list[str], cwd: Path, label: str) -> None:
 
 def _write_wrapper(recipe: GoRecipe, src: Path) -> None:
     src.mkdir(parents=True, exist_ok=True)
-    lines = [f"module stepscope.local/build/{recipe.name}", "", "go 1.26", "",
-             f"require {recipe.module} {recipe.version}", ""]
+    lines = [
+        f"module stepscope.local/build/{recipe.name}",
+        "",
+        "go 1.26",
+        "",
+        f"require {recipe.module} {recipe.version}",
+        "",
+    ]
     if recipe.replaces:
         lines.append("replace (")
         lines += [f"\t{mod} => {mod} {ver}" for mod, ver in sorted(recipe.replaces.items())]
         lines.append(")")
     (src / "go.mod").write_text("\n".join(lines) + "\n")
     imports = "\n".join(f'\t_ "{pkg}"' for pkg in recipe.packages)
-    (src / "tools.go").write_text(
-        f"//go:build tools\n\npackage tools\n\nimport (\n{imports}\n)\n"
-    )
+    (src / "tools.go").write_text(f"//go:build tools\n\npackage tools\n\nimport (\n{imports}\n)\n")
 
 
 def _with_staging_replaces(recipe: GoRecipe, src: Path) -> GoRecipe:
@@ -172,7 +180,11 @@ def _with_staging_replaces(recipe: GoRecipe, src: Path) -> GoRecipe:
         return recipe
     result = subprocess.run(
         ["go", "mod", "download", "-json", f"{recipe.module}@{recipe.version}"],
-        cwd=src, env=_go_env(), capture_output=True, text=True, check=True,
+        cwd=src,
+        env=_go_env(),
+        capture_output=True,
+        text=True,
+        check=True,
     )
     gomod = Path(json.loads(result.stdout)["GoMod"]).read_text()
     return GoRecipe(**{**recipe.__dict__, "replaces": _kubernetes_staging_replaces(gomod)})
@@ -196,8 +208,11 @@ def build_recipe(recipe: GoRecipe, target: Path) -> None:
     for package, binary in recipe.packages.items():
         # One package at a time with an explicit output name: Go would name a
         # module root like go.etcd.io/etcd/server/v3 after "server".
-        _run_go(["build", "-v", "-trimpath", "-ldflags", ldflags, "-o", str(staging / binary),
-                 package], src, binary)
+        _run_go(
+            ["build", "-v", "-trimpath", "-ldflags", ldflags, "-o", str(staging / binary), package],
+            src,
+            binary,
+        )
     # Move into place only when every binary of the recipe exists, so an
     # interrupted build is never mistaken for a finished one.
     for binary in recipe.packages.values():

@@ -34,9 +34,12 @@ def cmd_up(args: argparse.Namespace) -> int:
     bin_dir = build.ensure_binaries()
     cluster = start_cluster(args.instance, bin_dir)
     print(f"local control plane up in {args.instance}", file=sys.stderr)
-    print(f"  kube-apiserver {cluster.api_url}\n  S3 {cluster.s3_endpoint} "
-          f"(bucket {cluster.s3_bucket})", file=sys.stderr)
-    print("run `eval \"$(stepscope dev env)\"` to use it", file=sys.stderr)
+    print(
+        f"  kube-apiserver {cluster.api_url}\n  S3 {cluster.s3_endpoint} "
+        f"(bucket {cluster.s3_bucket})",
+        file=sys.stderr,
+    )
+    print('run `eval "$(stepscope dev env)"` to use it', file=sys.stderr)
     return 0
 
 
@@ -53,7 +56,7 @@ def cmd_env(args: argparse.Namespace) -> int:
     cluster = _load(args.instance)
     for key, value in cluster.env().items():
         print(f"export {key}={shlex.quote(value)}")
-    print(f"export PATH={shlex.quote(str(cluster.bin_dir))}:\"$PATH\"")
+    print(f'export PATH={shlex.quote(str(cluster.bin_dir))}:"$PATH"')
     return 0
 
 
@@ -66,10 +69,15 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="stepscope dev",
-                                     description="Local control plane for tests and the demo.")
-    parser.add_argument("--instance", type=Path, default=default_instance_dir(),
-                        help=f"instance directory (default ${INSTANCE_ENV} or the cache)")
+    parser = argparse.ArgumentParser(
+        prog="stepscope dev", description="Local control plane for tests and the demo."
+    )
+    parser.add_argument(
+        "--instance",
+        type=Path,
+        default=default_instance_dir(),
+        help=f"instance directory (default ${INSTANCE_ENV} or the cache)",
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     for name, handler, help_text in (
         ("build", cmd_build, "build every binary from its Go module (cached)"),

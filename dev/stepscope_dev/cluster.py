@@ -87,15 +87,21 @@ class LocalCluster:
             "STEPSCOPE_DEV_BIN": str(self.bin_dir),
         }
 
-    def kubectl(self, *args: str, input: str | None = None, check: bool = True,
-                timeout: float = 120.0) -> subprocess.CompletedProcess:
+    def kubectl(
+        self, *args: str, input: str | None = None, check: bool = True, timeout: float = 120.0
+    ) -> subprocess.CompletedProcess:
         result = subprocess.run(
             [str(self.bin_dir / "kubectl"), "--kubeconfig", str(self.kubeconfig), *args],
-            input=input, capture_output=True, text=True, timeout=timeout, check=False,
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
         )
         if check and result.returncode != 0:
             raise subprocess.CalledProcessError(
-                result.returncode, result.args, result.stdout, result.stderr)
+                result.returncode, result.args, result.stdout, result.stderr
+            )
         return result
 
     def s3_client(self, *, secret_key: str | None = None):
@@ -103,11 +109,16 @@ class LocalCluster:
         from botocore.config import Config
 
         return boto3.client(
-            "s3", endpoint_url=self.s3_endpoint, region_name=self.s3_region,
+            "s3",
+            endpoint_url=self.s3_endpoint,
+            region_name=self.s3_region,
             aws_access_key_id=self.s3_access_key,
             aws_secret_access_key=secret_key or self.s3_secret_key,
-            config=Config(signature_version="s3v4", s3={"addressing_style": "path"},
-                          retries={"max_attempts": 2}),
+            config=Config(
+                signature_version="s3v4",
+                s3={"addressing_style": "path"},
+                retries={"max_attempts": 2},
+            ),
         )
 
     def save(self) -> None:
@@ -126,15 +137,34 @@ class LocalCluster:
 
 
 def _write_kubeconfig(path: Path, server: str, ca: Path, cert: Path, key: Path, user: str) -> None:
-    path.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "stepscope-local",
-        "clusters": [{"name": "stepscope-local",
-                      "cluster": {"server": server, "certificate-authority": str(ca)}}],
-        "users": [{"name": user,
-                   "user": {"client-certificate": str(cert), "client-key": str(key)}}],
-        "contexts": [{"name": "stepscope-local",
-                      "context": {"cluster": "stepscope-local", "user": user}}],
-    }, indent=2))
+    path.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "stepscope-local",
+                "clusters": [
+                    {
+                        "name": "stepscope-local",
+                        "cluster": {"server": server, "certificate-authority": str(ca)},
+                    }
+                ],
+                "users": [
+                    {
+                        "name": user,
+                        "user": {"client-certificate": str(cert), "client-key": str(key)},
+                    }
+                ],
+                "contexts": [
+                    {
+                        "name": "stepscope-local",
+                        "context": {"cluster": "stepscope-local", "user": user},
+                    }
+                ],
+            },
+            indent=2,
+        )
+    )
     path.chmod(0o600)
 
 
@@ -166,71 +196,114 @@ def _http_ok(url: str, context: ssl.SSLContext | None = None) -> bool:
 def _start_etcd(cluster: LocalCluster, die_with_parent: bool) -> None:
     client = f"http://127.0.0.1:{cluster.etcd_port}"
     peer = f"http://127.0.0.1:{cluster.etcd_peer_port}"
-    proc = start_process([
-        str(cluster.bin_dir / "etcd"), "--name", "local", "--data-dir", str(cluster.root / "etcd"),
-        "--listen-client-urls", client, "--advertise-client-urls", client,
-        "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-        "--initial-cluster", f"local={peer}",
-        # A throw-away test store: skipping fsync makes start-up and every
-        # write an order of magnitude faster on small disks.
-        "--unsafe-no-fsync", "--log-level", "warn",
-    ], cluster.logs_dir / "etcd.log", die_with_parent=die_with_parent)
+    proc = start_process(
+        [
+            str(cluster.bin_dir / "etcd"),
+            "--name",
+            "local",
+            "--data-dir",
+            str(cluster.root / "etcd"),
+            "--listen-client-urls",
+            client,
+            "--advertise-client-urls",
+            client,
+            "--listen-peer-urls",
+            peer,
+            "--initial-advertise-peer-urls",
+            peer,
+            "--initial-cluster",
+            f"local={peer}",
+            # A throw-away test store: skipping fsync makes start-up and every
+            # write an order of magnitude faster on small disks.
+            "--unsafe-no-fsync",
+            "--log-level",
+            "warn",
+        ],
+        cluster.logs_dir / "etcd.log",
+        die_with_parent=die_with_parent,
+    )
     cluster.pids["etcd"] = proc.pid
     _wait_until("etcd", lambda: _http_ok(f"{client}/health"), cluster)
 
 
 def _start_apiserver(cluster: LocalCluster, keys: pki_module.Pki, die_with_parent: bool) -> None:
-    proc = start_process([
-        str(cluster.bin_dir / "kube-apiserver"),
-        f"--etcd-servers=http://127.0.0.1:{cluster.etcd_port}",
-        "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
-        f"--secure-port={cluster.api_port}",
-        f"--tls-cert-file={keys.serving_cert}", f"--tls-private-key-file={keys.serving_key}",
-        f"--client-ca-file={keys.ca_cert}",
-        "--authorization-mode=RBAC",
-        f"--service-account-key-file={keys.service_account_pub}",
-        f"--service-account-signing-key-file={keys.service_account_key}",
-        "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-        f"--service-cluster-ip-range={SERVICE_CIDR}",
-        # The loopback address cannot be published as the `kubernetes`
-        # Service's endpoint (validation forbids 127.0.0.0/8).
-        "--endpoint-reconciler-type=none",
-        "--allow-privileged=true", "--profiling=false",
-        f"--cert-dir={cluster.root / 'apiserver-certs'}",
-    ], cluster.logs_dir / "kube-apiserver.log", die_with_parent=die_with_parent)
+    proc = start_process(
+        [
+            str(cluster.bin_dir / "kube-apiserver"),
+            f"--etcd-servers=http://127.0.0.1:{cluster.etcd_port}",
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            f"--secure-port={cluster.api_port}",
+            f"--tls-cert-file={keys.serving_cert}",
+            f"--tls-private-key-file={keys.serving_key}",
+            f"--client-ca-file={keys.ca_cert}",
+            "--authorization-mode=RBAC",
+            f"--service-account-key-file={keys.service_account_pub}",
+            f"--service-account-signing-key-file={keys.service_account_key}",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            # The loopback address cannot be published as the `kubernetes`
+            # Service's endpoint (validation forbids 127.0.0.0/8).
+            "--endpoint-reconciler-type=none",
+            "--allow-privileged=true",
+            "--profiling=false",
+            f"--cert-dir={cluster.root / 'apiserver-certs'}",
+        ],
+        cluster.logs_dir / "kube-apiserver.log",
+        die_with_parent=die_with_parent,
+    )
     cluster.pids["kube-apiserver"] = proc.pid
     context = ssl.create_default_context(cafile=str(keys.ca_cert))
     context.load_cert_chain(str(keys.admin_cert), str(keys.admin_key))
     _wait_until("kube-apiserver", lambda: _http_ok(f"{cluster.api_url}/readyz", context), cluster)
 
 
-def _start_controller_manager(cluster: LocalCluster, keys: pki_module.Pki,
-                              die_with_parent: bool) -> None:
+def _start_controller_manager(
+    cluster: LocalCluster, keys: pki_module.Pki, die_with_parent: bool
+) -> None:
     kubeconfig = cluster.root / "controller-manager.kubeconfig"
-    _write_kubeconfig(kubeconfig, cluster.api_url, keys.ca_cert, keys.controller_manager_cert,
-                      keys.controller_manager_key, "system:kube-controller-manager")
-    proc = start_process([
-        str(cluster.bin_dir / "kube-controller-manager"),
-        f"--kubeconfig={kubeconfig}",
-        f"--authentication-kubeconfig={kubeconfig}", f"--authorization-kubeconfig={kubeconfig}",
-        "--bind-address=127.0.0.1", f"--secure-port={cluster.controller_manager_port}",
-        f"--cert-dir={cluster.root / 'controller-manager-certs'}",
-        "--leader-elect=false", "--use-service-account-credentials=true",
-        f"--service-account-private-key-file={keys.service_account_key}",
-        f"--root-ca-file={keys.ca_cert}",
-        f"--service-cluster-ip-range={SERVICE_CIDR}",
-        # The local node has no kubelet heartbeats of the usual kind; node
-        # lifecycle would taint it and evict the harness's pods.
-        "--controllers=*,-node-lifecycle-controller",
-    ], cluster.logs_dir / "kube-controller-manager.log", die_with_parent=die_with_parent)
+    _write_kubeconfig(
+        kubeconfig,
+        cluster.api_url,
+        keys.ca_cert,
+        keys.controller_manager_cert,
+        keys.controller_manager_key,
+        "system:kube-controller-manager",
+    )
+    proc = start_process(
+        [
+            str(cluster.bin_dir / "kube-controller-manager"),
+            f"--kubeconfig={kubeconfig}",
+            f"--authentication-kubeconfig={kubeconfig}",
+            f"--authorization-kubeconfig={kubeconfig}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={cluster.controller_manager_port}",
+            f"--cert-dir={cluster.root / 'controller-manager-certs'}",
+            "--leader-elect=false",
+            "--use-service-account-credentials=true",
+            f"--service-account-private-key-file={keys.service_account_key}",
+            f"--root-ca-file={keys.ca_cert}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            # The local node has no kubelet heartbeats of the usual kind; node
+            # lifecycle would taint it and evict the harness's pods.
+            "--controllers=*,-node-lifecycle-controller",
+        ],
+        cluster.logs_dir / "kube-controller-manager.log",
+        die_with_parent=die_with_parent,
+    )
     cluster.pids["kube-controller-manager"] = proc.pid
 
     def default_service_account_exists() -> bool:
-        return cluster.kubectl("get", "serviceaccount", "default", "-n", "default",
-                               check=False, timeout=10).returncode == 0
+        return (
+            cluster.kubectl(
+                "get", "serviceaccount", "default", "-n", "default", check=False, timeout=10
+            ).returncode
+            == 0
+        )
 
-    _wait_until("kube-controller-manager (default ServiceAccount)",
-                default_service_account_exists, cluster)
+    _wait_until(
+        "kube-controller-manager (default ServiceAccount)", default_service_account_exists, cluster
+    )
 
 
 def _start_s3(cluster: LocalCluster, die_with_parent: bool) -> None:
@@ -238,12 +311,23 @@ def _start_s3(cluster: LocalCluster, die_with_parent: bool) -> None:
     data.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
     # Pass the keys through the environment so they never show in `ps`.
-    env.update(ROOT_ACCESS_KEY_ID=cluster.s3_access_key,
-               ROOT_SECRET_ACCESS_KEY=cluster.s3_secret_key)
-    proc = start_process([
-        str(cluster.bin_dir / "versitygw"), "--port", f"127.0.0.1:{cluster.s3_port}",
-        "--region", cluster.s3_region, "posix", str(data),
-    ], cluster.logs_dir / "versitygw.log", env=env, die_with_parent=die_with_parent)
+    env.update(
+        ROOT_ACCESS_KEY_ID=cluster.s3_access_key, ROOT_SECRET_ACCESS_KEY=cluster.s3_secret_key
+    )
+    proc = start_process(
+        [
+            str(cluster.bin_dir / "versitygw"),
+            "--port",
+            f"127.0.0.1:{cluster.s3_port}",
+            "--region",
+            cluster.s3_region,
+            "posix",
+            str(data),
+        ],
+        cluster.logs_dir / "versitygw.log",
+        env=env,
+        die_with_parent=die_with_parent,
+    )
     cluster.pids["versitygw"] = proc.pid
 
     def bucket_ready() -> bool:
@@ -261,24 +345,38 @@ def start_cluster(root: Path, bin_dir: Path, *, die_with_parent: bool = False) -
     if (root / STATE_FILE).exists():
         previous = LocalCluster.load(root)
         if any(previous.running().values()):
-            raise RuntimeError(f"an instance is already running in {root}; "
-                               "run `stepscope dev down` first")
+            raise RuntimeError(
+                f"an instance is already running in {root}; run `stepscope dev down` first"
+            )
     # Every instance starts empty: its certificates are new, so objects kept from an
     # earlier run (pods of a finished job, tokens signed by an old key) would only mislead.
     if root.exists() and any(root.iterdir()) and not (root / STATE_FILE).exists():
-        raise RuntimeError(f"{root} is not empty and holds no stepscope instance; "
-                           "choose an empty or new directory for --instance")
+        raise RuntimeError(
+            f"{root} is not empty and holds no stepscope instance; "
+            "choose an empty or new directory for --instance"
+        )
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
     cluster = LocalCluster(
-        root=root, bin_dir=bin_dir, api_port=free_port(), etcd_port=free_port(),
-        etcd_peer_port=free_port(), controller_manager_port=free_port(), s3_port=free_port(),
+        root=root,
+        bin_dir=bin_dir,
+        api_port=free_port(),
+        etcd_port=free_port(),
+        etcd_peer_port=free_port(),
+        controller_manager_port=free_port(),
+        s3_port=free_port(),
         s3_access_key="stepscope" + secrets.token_hex(4),
         s3_secret_key=secrets.token_urlsafe(30),
     )
     keys = pki_module.create_pki(root / "pki")
-    _write_kubeconfig(cluster.kubeconfig, cluster.api_url, keys.ca_cert, keys.admin_cert,
-                      keys.admin_key, "stepscope-admin")
+    _write_kubeconfig(
+        cluster.kubeconfig,
+        cluster.api_url,
+        keys.ca_cert,
+        keys.admin_cert,
+        keys.admin_key,
+        "stepscope-admin",
+    )
     try:
         for start in (_start_etcd, _start_s3):
             start(cluster, die_with_parent)

@@ -37,8 +37,9 @@ def say(message: str) -> None:
 
 
 def _start_operator(cluster: LocalCluster, master_token: str) -> None:
-    operator = OperatorProcess(operator_env(cluster, master_token),
-                               cluster.logs_dir / "stepscope-operator.log")
+    operator = OperatorProcess(
+        operator_env(cluster, master_token), cluster.logs_dir / "stepscope-operator.log"
+    )
     operator.start()
     cluster.pids["stepscope-operator"] = operator.pid
     cluster.save()
@@ -71,9 +72,17 @@ def _follow_session(cluster: LocalCluster) -> dict:
             phase = status.get("phase")
             window = (status.get("window") or {}).get("range") or "not planned yet"
             say(f"session phase {phase} (window {window})")
-        events = json.loads(cluster.kubectl(
-            "get", "events", "-n", NAMESPACE, "-o", "json",
-            f"--field-selector=involvedObject.name={SESSION}").stdout)["items"]
+        events = json.loads(
+            cluster.kubectl(
+                "get",
+                "events",
+                "-n",
+                NAMESPACE,
+                "-o",
+                "json",
+                f"--field-selector=involvedObject.name={SESSION}",
+            ).stdout
+        )["items"]
         for event in sorted(events, key=lambda e: int(e["metadata"]["resourceVersion"])):
             if event["metadata"]["uid"] not in seen_events:
                 seen_events.add(event["metadata"]["uid"])
@@ -117,12 +126,18 @@ def run_demo(instance: Path, out_dir: Path, keep: bool) -> int:
         _start_operator(cluster, master_token)
 
         say("submitting the 4-rank CPU PyTorchJob ddp-demo")
-        submit_demo_job(cluster, NAMESPACE,
-                        agent_token=agent_token_for_namespace(master_token, NAMESPACE))
+        submit_demo_job(
+            cluster, NAMESPACE, agent_token=agent_token_for_namespace(master_token, NAMESPACE)
+        )
         _wait("the job's 4 pods to run", lambda: job_pods_running(cluster, NAMESPACE), 240)
         say("applying crds/examples/profilesession.yaml")
-        cluster.kubectl("apply", "-n", NAMESPACE, "-f",
-                        str(REPO_ROOT / "crds" / "examples" / "profilesession.yaml"))
+        cluster.kubectl(
+            "apply",
+            "-n",
+            NAMESPACE,
+            "-f",
+            str(REPO_ROOT / "crds" / "examples" / "profilesession.yaml"),
+        )
         body = _follow_session(cluster)
 
         print()
@@ -140,8 +155,10 @@ def run_demo(instance: Path, out_dir: Path, keep: bool) -> int:
         return 0 if status.get("phase") == "Succeeded" else 1
     finally:
         if keep:
-            say(f"left running; use it with `eval \"$(stepscope dev --instance {instance} env)\"`"
-                f" and stop it with `stepscope dev --instance {instance} down`")
+            say(
+                f'left running; use it with `eval "$(stepscope dev --instance {instance} env)"`'
+                f" and stop it with `stepscope dev --instance {instance} down`"
+            )
         else:
             stop_cluster(cluster)
             say("stopped every process the demo started")
@@ -149,12 +166,16 @@ def run_demo(instance: Path, out_dir: Path, keep: bool) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="stepscope-demo", description=__doc__.splitlines()[0])
-    parser.add_argument("--instance", type=Path,
-                        default=build.cache_root() / "instances" / "demo")
-    parser.add_argument("--out", type=Path, default=REPO_ROOT / "demo-out",
-                        help="where the report and merged trace are copied")
-    parser.add_argument("--keep", action="store_true",
-                        help="leave the control plane, operator and job running")
+    parser.add_argument("--instance", type=Path, default=build.cache_root() / "instances" / "demo")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=REPO_ROOT / "demo-out",
+        help="where the report and merged trace are copied",
+    )
+    parser.add_argument(
+        "--keep", action="store_true", help="leave the control plane, operator and job running"
+    )
     args = parser.parse_args(argv)
     return run_demo(args.instance, args.out, args.keep)
 

@@ -46,8 +46,9 @@ def demo_job_manifest(
     for replica in job["spec"]["pytorchReplicaSpecs"].values():
         # The YAML shares one template between replicas (an anchor); give each its own copy.
         replica["template"] = copy.deepcopy(replica["template"])
-        trainer = next(c for c in replica["template"]["spec"]["containers"]
-                       if c["name"] == "pytorch")
+        trainer = next(
+            c for c in replica["template"]["spec"]["containers"] if c["name"] == "pytorch"
+        )
         command = trainer["command"]
         if steps is not None:
             command[command.index("--steps") + 1] = str(steps)
@@ -65,31 +66,42 @@ def submit_demo_job(cluster: Any, namespace: str, *, agent_token: str, **knobs: 
         cluster.kubectl("create", "namespace", namespace)
     deadline = time.monotonic() + NAMESPACE_READY_TIMEOUT_S
     # Pods are refused until the namespace's default ServiceAccount exists.
-    while cluster.kubectl("get", "serviceaccount", "default", "-n", namespace,
-                          check=False).returncode != 0:
+    while (
+        cluster.kubectl("get", "serviceaccount", "default", "-n", namespace, check=False).returncode
+        != 0
+    ):
         if time.monotonic() > deadline:
-            raise TimeoutError(f"no default ServiceAccount in {namespace} after "
-                               f"{NAMESPACE_READY_TIMEOUT_S:.0f}s (is kube-controller-manager up?)")
+            raise TimeoutError(
+                f"no default ServiceAccount in {namespace} after "
+                f"{NAMESPACE_READY_TIMEOUT_S:.0f}s (is kube-controller-manager up?)"
+            )
         time.sleep(0.5)
     job = demo_job_manifest(**knobs)
     objects = [
-        {"apiVersion": "v1", "kind": "ConfigMap",
-         "metadata": {"name": TRAINER_CONFIG_MAP, "namespace": namespace},
-         "data": {"train_ddp.py": (DEMO_DIR / "train_ddp.py").read_text()}},
-        {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-         "metadata": {"name": TOKEN_SECRET, "namespace": namespace},
-         "stringData": {TOKEN_KEY: agent_token}},
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": TRAINER_CONFIG_MAP, "namespace": namespace},
+            "data": {"train_ddp.py": (DEMO_DIR / "train_ddp.py").read_text()},
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "type": "Opaque",
+            "metadata": {"name": TOKEN_SECRET, "namespace": namespace},
+            "stringData": {TOKEN_KEY: agent_token},
+        },
         {**job, "metadata": {**job["metadata"], "namespace": namespace}},
     ]
-    cluster.kubectl("apply", "-f", "-",
-                    input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
+    cluster.kubectl(
+        "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects})
+    )
     return job
 
 
 def job_condition(cluster: Any, namespace: str, name: str = JOB_NAME) -> str | None:
     """The job's latest true condition (Created, Running, Succeeded, Failed, ...), if any."""
-    result = cluster.kubectl("get", "pytorchjob", name, "-n", namespace, "-o", "json",
-                             check=False)
+    result = cluster.kubectl("get", "pytorchjob", name, "-n", namespace, "-o", "json", check=False)
     if result.returncode != 0:
         return None
     conditions = json.loads(result.stdout).get("status", {}).get("conditions", [])
@@ -97,27 +109,33 @@ def job_condition(cluster: Any, namespace: str, name: str = JOB_NAME) -> str | N
     return true[-1] if true else None
 
 
-def wait_for_job(cluster: Any, namespace: str, *conditions: str, name: str = JOB_NAME,
-                 timeout: float = 180.0) -> str:
+def wait_for_job(
+    cluster: Any, namespace: str, *conditions: str, name: str = JOB_NAME, timeout: float = 180.0
+) -> str:
     """Wait until the job's latest condition is one of ``conditions``; returns it."""
     deadline = time.monotonic() + timeout
     while (condition := job_condition(cluster, namespace, name)) not in conditions:
         if time.monotonic() > deadline:
-            raise TimeoutError(f"PyTorchJob {namespace}/{name} is {condition!r} after "
-                               f"{timeout:.0f}s, not one of {conditions}")
+            raise TimeoutError(
+                f"PyTorchJob {namespace}/{name} is {condition!r} after "
+                f"{timeout:.0f}s, not one of {conditions}"
+            )
         time.sleep(1.0)
     return condition
 
 
 def job_pods_running(cluster: Any, namespace: str, name: str = JOB_NAME) -> list[dict]:
     """The job's pods once every replica runs with all containers ready; else an empty list."""
-    job = json.loads(cluster.kubectl("get", "pytorchjob", name, "-n", namespace, "-o",
-                                     "json").stdout)
+    job = json.loads(
+        cluster.kubectl("get", "pytorchjob", name, "-n", namespace, "-o", "json").stdout
+    )
     expected = sum(r.get("replicas", 1) for r in job["spec"]["pytorchReplicaSpecs"].values())
-    result = cluster.kubectl("get", "pods", "-n", namespace, "-l", f"{JOB_NAME_LABEL}={name}",
-                             "-o", "json")
+    result = cluster.kubectl(
+        "get", "pods", "-n", namespace, "-l", f"{JOB_NAME_LABEL}={name}", "-o", "json"
+    )
     running = [
-        pod for pod in json.loads(result.stdout)["items"]
+        pod
+        for pod in json.loads(result.stdout)["items"]
         if pod["status"].get("phase") == "Running"
         and all(s.get("ready") for s in pod["status"].get("containerStatuses", []))
     ]

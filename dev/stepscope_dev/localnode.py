@@ -35,11 +35,16 @@ def node_status(node_name: str) -> dict[str, Any]:
     return {
         "capacity": capacity,
         "allocatable": capacity,
-        "conditions": [{
-            "type": "Ready", "status": "True", "reason": "KubeletReady",
-            "message": "stepscope local pod runner is posting ready status",
-            "lastHeartbeatTime": stamp, "lastTransitionTime": stamp,
-        }],
+        "conditions": [
+            {
+                "type": "Ready",
+                "status": "True",
+                "reason": "KubeletReady",
+                "message": "stepscope local pod runner is posting ready status",
+                "lastHeartbeatTime": stamp,
+                "lastTransitionTime": stamp,
+            }
+        ],
         "addresses": [
             {"type": "InternalIP", "address": NODE_ADDRESS},
             {"type": "Hostname", "address": node_name},
@@ -47,12 +52,17 @@ def node_status(node_name: str) -> dict[str, Any]:
         # Every field is filled because the generated API clients treat them as required.
         "nodeInfo": {
             "architecture": {"x86_64": "amd64", "aarch64": "arm64"}.get(
-                platform.machine(), platform.machine()),
-            "bootID": "", "machineID": "", "systemUUID": "",
+                platform.machine(), platform.machine()
+            ),
+            "bootID": "",
+            "machineID": "",
+            "systemUUID": "",
             "containerRuntimeVersion": "stepscope-local://0.1.0",
             "kernelVersion": platform.release(),
-            "kubeProxyVersion": "", "kubeletVersion": "stepscope-local-0.1.0",
-            "operatingSystem": "linux", "osImage": platform.platform(),
+            "kubeProxyVersion": "",
+            "kubeletVersion": "stepscope-local-0.1.0",
+            "operatingSystem": "linux",
+            "osImage": platform.platform(),
         },
     }
 
@@ -79,6 +89,9 @@ def register_node(core: client.CoreV1Api, node_name: str) -> None:
         if error.status != 409:
             raise
     core.patch_node_status(
-        node_name, {"status": node_status(node_name)}, _content_type=MERGE_PATCH,
-        _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S,
+        node_name,
+        {"status": node_status(node_name)},
+        _content_type=MERGE_PATCH,
+        _preload_content=False,
+        _request_timeout=REQUEST_TIMEOUT_S,
     )

@@ -31,8 +31,9 @@ def operator_env(cluster: Any, master_token: str, **extra: str) -> dict[str, str
 class OperatorProcess:
     """The operator as a subprocess; start() again after stop() to model a restart."""
 
-    def __init__(self, env: dict[str, str], log_path: Path, *,
-                 die_with_parent: bool = False) -> None:
+    def __init__(
+        self, env: dict[str, str], log_path: Path, *, die_with_parent: bool = False
+    ) -> None:
         self.env = env
         self.log_path = log_path
         # Tests set this, so an operator never outlives a test runner that was killed.
@@ -48,7 +49,10 @@ class OperatorProcess:
         health = f"http://127.0.0.1:{port}/healthz"
         self.proc = start_process(
             [sys.executable, "-m", "stepscope_operator.main", f"--liveness={health}"],
-            self.log_path, env=self.env, cwd=REPO_ROOT, die_with_parent=self.die_with_parent,
+            self.log_path,
+            env=self.env,
+            cwd=REPO_ROOT,
+            die_with_parent=self.die_with_parent,
         )
         deadline = time.monotonic() + LIVENESS_TIMEOUT_S
         while time.monotonic() < deadline:
@@ -59,8 +63,9 @@ class OperatorProcess:
                 return
             except OSError:
                 time.sleep(0.3)
-        raise RuntimeError(f"operator not live after {LIVENESS_TIMEOUT_S:.0f}s:\n"
-                           f"{self.logs()[-4000:]}")
+        raise RuntimeError(
+            f"operator not live after {LIVENESS_TIMEOUT_S:.0f}s:\n{self.logs()[-4000:]}"
+        )
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
         if self.proc is None or self.proc.poll() is not None:

@@ -43,10 +43,13 @@ def _name(common_name: str, organization: str | None = None) -> x509.Name:
 
 
 def _write_key(key, path: Path) -> None:
-    path.write_bytes(key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
-    ))
+    path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
     path.chmod(0o600)
 
 
@@ -54,8 +57,16 @@ def _write_cert(cert: x509.Certificate, path: Path) -> None:
     path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
 
 
-def _issue(subject: x509.Name, key, ca_key, ca_name: x509.Name, *, is_ca: bool = False,
-           usages: list | None = None, sans: list | None = None) -> x509.Certificate:
+def _issue(
+    subject: x509.Name,
+    key,
+    ca_key,
+    ca_name: x509.Name,
+    *,
+    is_ca: bool = False,
+    usages: list | None = None,
+    sans: list | None = None,
+) -> x509.Certificate:
     now = dt.datetime.now(dt.UTC)
     builder = (
         x509.CertificateBuilder()
@@ -68,10 +79,20 @@ def _issue(subject: x509.Name, key, ca_key, ca_name: x509.Name, *, is_ca: bool =
         .add_extension(x509.BasicConstraints(ca=is_ca, path_length=None), critical=True)
     )
     if is_ca:
-        builder = builder.add_extension(x509.KeyUsage(
-            digital_signature=True, key_cert_sign=True, crl_sign=True, content_commitment=False,
-            key_encipherment=False, data_encipherment=False, key_agreement=False,
-            encipher_only=False, decipher_only=False), critical=True)
+        builder = builder.add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
     if usages:
         builder = builder.add_extension(x509.ExtendedKeyUsage(usages), critical=False)
     if sans:
@@ -82,38 +103,75 @@ def _issue(subject: x509.Name, key, ca_key, ca_name: x509.Name, *, is_ca: bool =
 def create_pki(directory: Path) -> Pki:
     """Write a CA, serving and client certificates and service-account keys."""
     directory.mkdir(parents=True, exist_ok=True)
-    pki = Pki(*(directory / name for name in (
-        "ca.crt", "ca.key", "apiserver.crt", "apiserver.key", "admin.crt", "admin.key",
-        "controller-manager.crt", "controller-manager.key", "sa.key", "sa.pub",
-    )))
+    pki = Pki(
+        *(
+            directory / name
+            for name in (
+                "ca.crt",
+                "ca.key",
+                "apiserver.crt",
+                "apiserver.key",
+                "admin.crt",
+                "admin.key",
+                "controller-manager.crt",
+                "controller-manager.key",
+                "sa.key",
+                "sa.pub",
+            )
+        )
+    )
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = _name("stepscope-local-ca")
     _write_key(ca_key, pki.ca_key)
     _write_cert(_issue(ca_name, ca_key, ca_key, ca_name, is_ca=True), pki.ca_cert)
 
     serving_key = ec.generate_private_key(ec.SECP256R1())
-    sans = [x509.DNSName(name) for name in (
-        "localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
-        "kubernetes.default.svc.cluster.local")]
+    sans = [
+        x509.DNSName(name)
+        for name in (
+            "localhost",
+            "kubernetes",
+            "kubernetes.default",
+            "kubernetes.default.svc",
+            "kubernetes.default.svc.cluster.local",
+        )
+    ]
     sans += [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
     _write_key(serving_key, pki.serving_key)
-    _write_cert(_issue(_name("kube-apiserver"), serving_key, ca_key, ca_name,
-                       usages=[ExtendedKeyUsageOID.SERVER_AUTH], sans=sans), pki.serving_cert)
+    _write_cert(
+        _issue(
+            _name("kube-apiserver"),
+            serving_key,
+            ca_key,
+            ca_name,
+            usages=[ExtendedKeyUsageOID.SERVER_AUTH],
+            sans=sans,
+        ),
+        pki.serving_cert,
+    )
 
     # The admin is in system:masters, which RBAC always allows; the controller
     # manager gets its own identity so its bootstrap RBAC roles apply.
     for cert_path, key_path, subject in (
         (pki.admin_cert, pki.admin_key, _name("stepscope-admin", "system:masters")),
-        (pki.controller_manager_cert, pki.controller_manager_key,
-         _name("system:kube-controller-manager")),
+        (
+            pki.controller_manager_cert,
+            pki.controller_manager_key,
+            _name("system:kube-controller-manager"),
+        ),
     ):
         key = ec.generate_private_key(ec.SECP256R1())
         _write_key(key, key_path)
-        _write_cert(_issue(subject, key, ca_key, ca_name,
-                           usages=[ExtendedKeyUsageOID.CLIENT_AUTH]), cert_path)
+        _write_cert(
+            _issue(subject, key, ca_key, ca_name, usages=[ExtendedKeyUsageOID.CLIENT_AUTH]),
+            cert_path,
+        )
 
     sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     _write_key(sa_key, pki.service_account_key)
-    pki.service_account_pub.write_bytes(sa_key.public_key().public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    pki.service_account_pub.write_bytes(
+        sa_key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
     return pki

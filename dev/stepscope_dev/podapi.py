@@ -57,8 +57,12 @@ class PodApi:
         for attempt in range(1, STATUS_ATTEMPTS + 1):
             try:
                 self.core.patch_namespaced_pod_status(
-                    name, namespace, {"status": status}, _content_type=MERGE_PATCH,
-                    _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S,
+                    name,
+                    namespace,
+                    {"status": status},
+                    _content_type=MERGE_PATCH,
+                    _preload_content=False,
+                    _request_timeout=REQUEST_TIMEOUT_S,
                 )
                 return
             except client.ApiException as error:
@@ -76,10 +80,14 @@ class PodApi:
         """Finish a graceful deletion, as a kubelet does once the containers are gone."""
         try:
             self.core.delete_namespaced_pod(
-                name, namespace, grace_period_seconds=0,
-                body=client.V1DeleteOptions(grace_period_seconds=0,
-                                            preconditions=client.V1Preconditions(uid=uid)),
-                _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S,
+                name,
+                namespace,
+                grace_period_seconds=0,
+                body=client.V1DeleteOptions(
+                    grace_period_seconds=0, preconditions=client.V1Preconditions(uid=uid)
+                ),
+                _preload_content=False,
+                _request_timeout=REQUEST_TIMEOUT_S,
             )
         except client.ApiException as error:
             if error.status not in (404, 409):
@@ -104,7 +112,8 @@ class PodApi:
         response = self.core.list_namespaced_pod(
             namespace,
             label_selector=",".join(f"{key}={value}" for key, value in sorted(selector.items())),
-            _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S,
+            _preload_content=False,
+            _request_timeout=REQUEST_TIMEOUT_S,
         )
         addresses = sorted(
             (pod["metadata"]["name"], pod["status"]["podIP"])
@@ -118,8 +127,9 @@ class PodApi:
     @staticmethod
     def _read(read: Any, namespace: str, name: str) -> dict[str, Any] | None:
         try:
-            response = read(name, namespace, _preload_content=False,
-                            _request_timeout=REQUEST_TIMEOUT_S)
+            response = read(
+                name, namespace, _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S
+            )
         except client.ApiException as error:
             if error.status == 404:
                 return None

@@ -221,7 +221,9 @@ def _env_from_source(
     if data is None:
         if ref.get("optional"):
             return {}
-        raise NotReadyYet("CreateContainerConfigError", f"{kind} {namespace}/{ref['name']} not found")
+        raise NotReadyYet(
+            "CreateContainerConfigError", f"{kind} {namespace}/{ref['name']} not found"
+        )
     return data
 
 

@@ -120,8 +120,10 @@ class PodRun(threading.Thread):
         self._conditions: list[dict[str, Any]] = []
         spec = pod["spec"]
         self._restart_policy = spec.get("restartPolicy", "Always")
-        self._init = [_Process(_record(c, sidecar=c.get("restartPolicy") == "Always"), c)
-                      for c in spec.get("initContainers") or []]
+        self._init = [
+            _Process(_record(c, sidecar=c.get("restartPolicy") == "Always"), c)
+            for c in spec.get("initContainers") or []
+        ]
         self._main = [_Process(_record(c), c) for c in spec["containers"]]
         self._volume_dirs: dict[str, Path] = {}
 
@@ -272,8 +274,13 @@ class PodRun(threading.Thread):
                 start_new_session=True,
             )
         record.mark_running(process.popen.pid)
-        log.info("pod %s/%s: %s started as pid %d", self.namespace, self.pod_name, record.name,
-                 process.popen.pid)
+        log.info(
+            "pod %s/%s: %s started as pid %d",
+            self.namespace,
+            self.pod_name,
+            record.name,
+            process.popen.pid,
+        )
         return True
 
     def _environment(self, spec: dict[str, Any]) -> tuple[dict[str, str], dict[str, str]]:
@@ -281,8 +288,9 @@ class PodRun(threading.Thread):
         environment: what the image and the kubelet would provide, then those variables with
         their paths rewritten."""
         mounts = self._mounts_of(spec)
-        own = resolve_service_addresses(container_env(self.pod, spec, self._api), self.namespace,
-                                        self._api)
+        own = resolve_service_addresses(
+            container_env(self.pod, spec, self._api), self.namespace, self._api
+        )
         base = {
             "PATH": process_path(),
             "HOME": str(self._dir),
@@ -308,8 +316,9 @@ class PodRun(threading.Thread):
                 return attempt()
             except NotReadyYet as waiting:
                 if time.monotonic() > deadline:
-                    raise PodSpecError(f"gave up after {NOT_READY_TIMEOUT_S:.0f} s: {waiting}") \
-                        from waiting
+                    raise PodSpecError(
+                        f"gave up after {NOT_READY_TIMEOUT_S:.0f} s: {waiting}"
+                    ) from waiting
                 if record.state.get("waiting", {}).get("message") != str(waiting):
                     record.mark_waiting(waiting.reason, str(waiting))
                     self._report("Pending")
@@ -348,7 +357,9 @@ class PodRun(threading.Thread):
             return  # The pod is going away; its last status no longer matters.
         ready = phase == "Running" and all(p.record.running for p in self._main)
         self._conditions = pod_conditions(
-            self._conditions, initialized=initialized, ready=ready,
+            self._conditions,
+            initialized=initialized,
+            ready=ready,
             reason="PodCompleted" if phase in ("Succeeded", "Failed") else "ContainersNotReady",
         )
         status = pod_status(
@@ -366,7 +377,9 @@ class PodRun(threading.Thread):
 
 
 def _record(container: dict[str, Any], *, sidecar: bool = False) -> ContainerRecord:
-    return ContainerRecord(name=container["name"], image=container.get("image", ""), sidecar=sidecar)
+    return ContainerRecord(
+        name=container["name"], image=container.get("image", ""), sidecar=sidecar
+    )
 
 
 def _kill_group(pgid: int, sig: signal.Signals) -> None:

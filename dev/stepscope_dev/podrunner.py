@@ -69,8 +69,14 @@ class _Shutdown(BaseException):
 class PodRunner:
     """Binds pending pods to the node and keeps one ``PodRun`` per pod bound to it."""
 
-    def __init__(self, api: PodApi, node_name: str, data_dir: Path, pool: LoopbackPool,
-                 image_paths: dict[str, Path]) -> None:
+    def __init__(
+        self,
+        api: PodApi,
+        node_name: str,
+        data_dir: Path,
+        pool: LoopbackPool,
+        image_paths: dict[str, Path],
+    ) -> None:
         self.api = api
         self.image_paths = image_paths
         self.node_name = node_name
@@ -120,8 +126,10 @@ class PodRunner:
         when the watch expired and the runner has to list again."""
         stream = watch.Watch().stream(
             self.api.core.list_pod_for_all_namespaces,
-            resource_version=resource_version, allow_watch_bookmarks=True,
-            timeout_seconds=WATCH_TIMEOUT_S, _request_timeout=WATCH_TIMEOUT_S + 30,
+            resource_version=resource_version,
+            allow_watch_bookmarks=True,
+            timeout_seconds=WATCH_TIMEOUT_S,
+            _request_timeout=WATCH_TIMEOUT_S + 30,
         )
         for event in stream:
             pod = event["raw_object"]
@@ -157,8 +165,9 @@ class PodRunner:
         with self._lock:
             run = self._runs.get(uid)
         if event_type == "DELETED":
-            if run is None or not run.stop(grace_s=metadata.get("deletionGracePeriodSeconds"),
-                                           confirm_deletion=False):
+            if run is None or not run.stop(
+                grace_s=metadata.get("deletionGracePeriodSeconds"), confirm_deletion=False
+            ):
                 shutil.rmtree(self.scratch_root / uid, ignore_errors=True)
             return
         if not spec.get("nodeName"):
@@ -193,12 +202,18 @@ class PodRunner:
         ):
             return
         if not _selector_matches(spec.get("nodeSelector") or {}, self._labels):
-            log.info("pod %s/%s: nodeSelector %s does not match node %s; left pending",
-                     metadata["namespace"], metadata["name"], spec["nodeSelector"], self.node_name)
+            log.info(
+                "pod %s/%s: nodeSelector %s does not match node %s; left pending",
+                metadata["namespace"],
+                metadata["name"],
+                spec["nodeSelector"],
+                self.node_name,
+            )
             return
         try:
-            self.api.bind_pod(metadata["namespace"], metadata["name"], metadata["uid"],
-                              self.node_name)
+            self.api.bind_pod(
+                metadata["namespace"], metadata["name"], metadata["uid"], self.node_name
+            )
         except client.ApiException as error:
             # 409: bound meanwhile (an earlier event); 404: deleted meanwhile.
             if error.status not in (404, 409):
@@ -235,16 +250,23 @@ class PodRunner:
         metadata = pod["metadata"]
         with self._lock:
             self._finished.add(metadata["uid"])
-        statuses = [*pod["status"].get("initContainerStatuses", []),
-                    *pod["status"].get("containerStatuses", [])]
+        statuses = [
+            *pod["status"].get("initContainerStatuses", []),
+            *pod["status"].get("containerStatuses", []),
+        ]
         for status in statuses:
             scheme, _, pid = status.get("containerID", "").partition("://")
             if scheme == CONTAINER_ID_SCHEME and _runs_in(int(pid), metadata["uid"]):
                 os.killpg(int(pid), signal.SIGKILL)
-        self.api.patch_pod_status(metadata["namespace"], metadata["name"], {
-            "phase": "Failed", "reason": "NodeRestarted",
-            "message": "the local pod runner restarted; this pod's processes ended with it",
-        })
+        self.api.patch_pod_status(
+            metadata["namespace"],
+            metadata["name"],
+            {
+                "phase": "Failed",
+                "reason": "NodeRestarted",
+                "message": "the local pod runner restarted; this pod's processes ended with it",
+            },
+        )
 
 
 def _remove_abandoned_scratch() -> None:
@@ -271,8 +293,9 @@ def _selector_matches(selector: Mapping[str, str], labels: Mapping[str, str]) ->
     return all(labels.get(key) == value for key, value in selector.items())
 
 
-def start_podrunner(cluster: Any, *, node_name: str = DEFAULT_NODE_NAME,
-                    die_with_parent: bool = False) -> subprocess.Popen:
+def start_podrunner(
+    cluster: Any, *, node_name: str = DEFAULT_NODE_NAME, die_with_parent: bool = False
+) -> subprocess.Popen:
     """Start the runner for a ``LocalCluster`` and return its process once its node is registered;
     the running one if this process started it before (see ``components``).
 
@@ -284,12 +307,23 @@ def start_podrunner(cluster: Any, *, node_name: str = DEFAULT_NODE_NAME,
         data_dir.mkdir(parents=True, exist_ok=True)
         (data_dir / READY_FILE).unlink(missing_ok=True)
         process = start_process(
-            [sys.executable, "-m", "stepscope_dev.podrunner",
-             "--kubeconfig", str(cluster.kubeconfig), "--data-dir", str(data_dir),
-             "--node-name", node_name,
-             *(f"--image-path={inside}={outside}"
-               for inside, outside in STEPSCOPE_IMAGE_PATHS.items())],
-            cluster.logs_dir / "podrunner.log", die_with_parent=die_with_parent,
+            [
+                sys.executable,
+                "-m",
+                "stepscope_dev.podrunner",
+                "--kubeconfig",
+                str(cluster.kubeconfig),
+                "--data-dir",
+                str(data_dir),
+                "--node-name",
+                node_name,
+                *(
+                    f"--image-path={inside}={outside}"
+                    for inside, outside in STEPSCOPE_IMAGE_PATHS.items()
+                ),
+            ],
+            cluster.logs_dir / "podrunner.log",
+            die_with_parent=die_with_parent,
         )
         deadline = time.monotonic() + START_TIMEOUT_S
         while not (data_dir / READY_FILE).exists():
@@ -304,14 +338,25 @@ def start_podrunner(cluster: Any, *, node_name: str = DEFAULT_NODE_NAME,
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m stepscope_dev.podrunner",
-                                     description="Run the pods of the local control plane.")
+    parser = argparse.ArgumentParser(
+        prog="python -m stepscope_dev.podrunner",
+        description="Run the pods of the local control plane.",
+    )
     parser.add_argument("--kubeconfig", type=Path, required=True, help="admin kubeconfig")
-    parser.add_argument("--data-dir", type=Path, required=True,
-                        help="pod directories and container logs go under DATA_DIR/pods/")
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        required=True,
+        help="pod directories and container logs go under DATA_DIR/pods/",
+    )
     parser.add_argument("--node-name", default=DEFAULT_NODE_NAME)
-    parser.add_argument("--image-path", action="append", default=[], metavar="PATH=HOST_PATH",
-                        help="a path images provide, found at HOST_PATH here (repeatable)")
+    parser.add_argument(
+        "--image-path",
+        action="append",
+        default=[],
+        metavar="PATH=HOST_PATH",
+        help="a path images provide, found at HOST_PATH here (repeatable)",
+    )
     args = parser.parse_args(argv)
     image_paths = {}
     for item in args.image_path:
@@ -319,8 +364,11 @@ def main(argv: list[str] | None = None) -> int:
         if not separator or not inside.startswith("/"):
             parser.error(f"--image-path {item!r}: write /path/in/image=/path/on/host")
         image_paths[inside] = Path(outside)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(threadName)s %(message)s")
+    logging.basicConfig(
+        level=logging.INFO,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(threadName)s %(message)s",
+    )
 
     configuration = client.Configuration()
     config.load_kube_config(config_file=str(args.kubeconfig), client_configuration=configuration)
@@ -337,8 +385,9 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, interrupt)
     signal.signal(signal.SIGINT, interrupt)
-    (args.data_dir / READY_FILE).write_text(json.dumps(
-        {"pid": os.getpid(), "node": args.node_name, "network": str(network)}))
+    (args.data_dir / READY_FILE).write_text(
+        json.dumps({"pid": os.getpid(), "node": args.node_name, "network": str(network)})
+    )
     log.info("node %s ready; pod addresses from %s", args.node_name, network)
     try:
         runner.serve()

@@ -71,8 +71,12 @@ class ContainerRecord:
         """A container that could not be started at all ends terminated with exit code 128,
         which is what container runtimes report for a command that cannot run."""
         self.state = {
-            "terminated": {"exitCode": 128, "reason": reason, "message": message,
-                           "finishedAt": now()}
+            "terminated": {
+                "exitCode": 128,
+                "reason": reason,
+                "message": message,
+                "finishedAt": now(),
+            }
         }
 
     @property

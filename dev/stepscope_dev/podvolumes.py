@@ -101,7 +101,8 @@ def _write_object(
             if ref.get("optional"):
                 continue
             raise NotReadyYet(
-                "ContainerCreating", f"key {item['key']!r} of {kind} {namespace}/{ref['name']} not found"
+                "ContainerCreating",
+                f"key {item['key']!r} of {kind} {namespace}/{ref['name']} not found",
             )
         _write_file(directory / item["path"], data[item["key"]], secret=kind == "Secret")
 

@@ -22,14 +22,25 @@ def _die_with_parent() -> None:
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
-def start_process(argv: list[str], log_path: Path, *, env: dict[str, str] | None = None,
-                  cwd: Path | None = None, die_with_parent: bool = False) -> subprocess.Popen:
+def start_process(
+    argv: list[str],
+    log_path: Path,
+    *,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    die_with_parent: bool = False,
+) -> subprocess.Popen:
     """Start a server in its own session, appending its output to log_path."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
         return subprocess.Popen(
-            argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=env, cwd=cwd, start_new_session=True,
+            argv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            cwd=cwd,
+            start_new_session=True,
             # prctl must run in the child between fork and exec; preexec_fn is the
             # only hook for that, and prctl is async-signal-safe.
             preexec_fn=_die_with_parent if die_with_parent else None,  # noqa: PLW1509

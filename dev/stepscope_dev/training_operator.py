@@ -83,9 +83,24 @@ def ensure_training_operator(bin_dir: Path) -> Path:
     started = time.monotonic()
     result = subprocess.run(
         # nice: the build must not starve tests or servers running beside it.
-        ["nice", "-n", "10", "go", "build", "-trimpath", "-ldflags", "-s -w", "-o", str(partial),
-         "."],
-        cwd=src, env=_go_env(), capture_output=True, text=True, check=False,
+        [
+            "nice",
+            "-n",
+            "10",
+            "go",
+            "build",
+            "-trimpath",
+            "-ldflags",
+            "-s -w",
+            "-o",
+            str(partial),
+            ".",
+        ],
+        cwd=src,
+        env=_go_env(),
+        capture_output=True,
+        text=True,
+        check=False,
     )
     if result.returncode != 0:
         raise RuntimeError(f"building the training operator failed:\n{result.stderr[-4000:]}")
@@ -99,7 +114,11 @@ def module_dir() -> Path:
     _write_wrapper(source_dir())
     result = subprocess.run(
         ["go", "list", "-m", "-json", f"{MODULE}@{versions.TRAINING_OPERATOR}"],
-        cwd=source_dir(), env=_go_env(), capture_output=True, text=True, check=False,
+        cwd=source_dir(),
+        env=_go_env(),
+        capture_output=True,
+        text=True,
+        check=False,
     )
     if result.returncode != 0:
         raise RuntimeError(f"`go list -m {MODULE}` failed:\n{result.stderr[-2000:]}")
@@ -119,17 +138,26 @@ def install_crds(cluster: Any) -> None:
     Server-side apply, because the CRD is larger than the annotation client-side apply keeps.
     """
     for path in crd_paths():
-        cluster.kubectl("apply", "--server-side", "--force-conflicts",
-                        "--field-manager=stepscope-dev", "-f", str(path))
+        cluster.kubectl(
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "--field-manager=stepscope-dev",
+            "-f",
+            str(path),
+        )
     # Polled rather than `kubectl wait`, which fails outright while a fresh CRD has no
     # status.conditions yet.
     established = '{.status.conditions[?(@.type=="Established")].status}'
     deadline = time.monotonic() + CRD_READY_TIMEOUT_S
-    while cluster.kubectl("get", "crd", PYTORCHJOB_CRD, "-o", f"jsonpath={established}",
-                          check=False).stdout.strip() != "True":
+    while (
+        cluster.kubectl(
+            "get", "crd", PYTORCHJOB_CRD, "-o", f"jsonpath={established}", check=False
+        ).stdout.strip()
+        != "True"
+    ):
         if time.monotonic() > deadline:
-            raise TimeoutError(f"CRD {PYTORCHJOB_CRD} not Established after "
-                               f"{CRD_READY_TIMEOUT_S}s")
+            raise TimeoutError(f"CRD {PYTORCHJOB_CRD} not Established after {CRD_READY_TIMEOUT_S}s")
         time.sleep(0.2)
 
 

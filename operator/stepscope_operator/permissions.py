@@ -31,42 +31,68 @@ class Permission(NamedTuple):
 
 REQUIRED_PERMISSIONS: tuple[Permission, ...] = (
     Permission(
-        "stepscope.dev", "profilesessions",
-        ("get", "list", "watch", "patch", "create", "delete"), "watched",
+        "stepscope.dev",
+        "profilesessions",
+        ("get", "list", "watch", "patch", "create", "delete"),
+        "watched",
         "kopf watches sessions and patches their finalizer and progress annotations; the "
         "operator reads sessions to count the active ones and to resume after a restart; "
         "schedules create sessions and delete the ones past their history limit.",
     ),
     Permission(
-        "stepscope.dev", "profilesessions/status", ("patch",), "watched",
+        "stepscope.dev",
+        "profilesessions/status",
+        ("patch",),
+        "watched",
         "Session phase, window, ranks and summary are written to the status subresource.",
     ),
     Permission(
-        "stepscope.dev", "profileschedules", ("list", "watch", "patch"), "watched",
+        "stepscope.dev",
+        "profileschedules",
+        ("list", "watch", "patch"),
+        "watched",
         "kopf runs a timer per schedule: it watches schedules and patches its annotations.",
     ),
     Permission(
-        "stepscope.dev", "profileschedules/status", ("patch",), "watched",
+        "stepscope.dev",
+        "profileschedules/status",
+        ("patch",),
+        "watched",
         "Last run, baseline and regression verdict go to the schedule's status.",
     ),
     Permission(
-        "", "pods", ("list",), "watched",
+        "",
+        "pods",
+        ("list",),
+        "watched",
         "Targets are resolved to pods by label selector, with their ranks, nodes and IPs.",
     ),
     Permission(
-        "kubeflow.org", "pytorchjobs", ("get",), "watched",
+        "kubeflow.org",
+        "pytorchjobs",
+        ("get",),
+        "watched",
         "A PyTorchJob target is checked to exist before its pods are looked up.",
     ),
     Permission(
-        "trainer.kubeflow.org", "trainjobs", ("get",), "watched",
+        "trainer.kubeflow.org",
+        "trainjobs",
+        ("get",),
+        "watched",
         "A TrainJob target is checked to exist before its pods are looked up.",
     ),
     Permission(
-        "", "events", ("create",), "watched",
+        "",
+        "events",
+        ("create",),
+        "watched",
         "An Event at each phase change makes `kubectl describe` read as a story.",
     ),
     Permission(
-        "apiextensions.k8s.io", "customresourcedefinitions", ("list", "watch"), "cluster",
+        "apiextensions.k8s.io",
+        "customresourcedefinitions",
+        ("list", "watch"),
+        "cluster",
         "kopf scans CRDs to notice when served resources change (without it, only at start).",
     ),
 )

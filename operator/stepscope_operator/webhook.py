@@ -81,7 +81,7 @@ class WebhookSettings(BaseModel):
     agent_resources: dict[str, dict[str, str]] = Field(
         default_factory=lambda: dict(DEFAULT_AGENT_RESOURCES),
         description="Resources of the injected sidecar, as Kubernetes ResourceRequirements "
-        "(JSON in the environment, e.g. {\"requests\": {\"cpu\": \"100m\"}}).",
+        '(JSON in the environment, e.g. {"requests": {"cpu": "100m"}}).',
     )
 
     @field_validator("agent_resources", mode="before")

@@ -50,8 +50,9 @@ def namespace(e2e_cluster) -> Iterator[str]:
 
 @pytest.fixture
 def operator_process(e2e_cluster, tmp_path) -> Iterator[OperatorProcess]:
-    process = OperatorProcess(operator_env(e2e_cluster), tmp_path / "operator.log",
-                              die_with_parent=True)
+    process = OperatorProcess(
+        operator_env(e2e_cluster), tmp_path / "operator.log", die_with_parent=True
+    )
     process.start()
     yield process
     process.stop()

@@ -28,9 +28,13 @@ NOWHERE = "stepscope-it-unscheduled"
 
 
 def helm(cluster, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    result = subprocess.run([str(cluster.bin_dir / "helm"), "--kubeconfig",
-                             str(cluster.kubeconfig), *args],
-                            check=False, capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [str(cluster.bin_dir / "helm"), "--kubeconfig", str(cluster.kubeconfig), *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     if check and result.returncode != 0:
         raise AssertionError(f"helm {' '.join(args[:2])} failed:\n{result.stdout}{result.stderr}")
     return result
@@ -43,13 +47,15 @@ def get_json(cluster, *args: str) -> dict:
 def ensure_namespace(cluster, name: str, labels: dict[str, str] | None = None) -> None:
     cluster.kubectl("create", "namespace", name, check=False)
     if labels:
-        cluster.kubectl("label", "--overwrite", "namespace", name,
-                        *[f"{k}={v}" for k, v in labels.items()])
+        cluster.kubectl(
+            "label", "--overwrite", "namespace", name, *[f"{k}={v}" for k, v in labels.items()]
+        )
     # The ServiceAccount admission plugin refuses pods until the namespace's default account
     # exists; the controller manager creates it shortly after the namespace.
     deadline = time.monotonic() + 30
-    while cluster.kubectl("-n", name, "get", "serviceaccount", "default",
-                          check=False).returncode != 0:
+    while (
+        cluster.kubectl("-n", name, "get", "serviceaccount", "default", check=False).returncode != 0
+    ):
         assert time.monotonic() < deadline, f"no default ServiceAccount in {name}"
         time.sleep(0.3)
 
@@ -60,9 +66,14 @@ def adopt_existing_crds(cluster) -> None:
     for crd in CRDS:
         if cluster.kubectl("get", "crd", crd, check=False).returncode == 0:
             cluster.kubectl("label", "--overwrite", "crd", crd, "app.kubernetes.io/managed-by=Helm")
-            cluster.kubectl("annotate", "--overwrite", "crd", crd,
-                            f"meta.helm.sh/release-name={RELEASE}",
-                            f"meta.helm.sh/release-namespace={NAMESPACE}")
+            cluster.kubectl(
+                "annotate",
+                "--overwrite",
+                "crd",
+                crd,
+                f"meta.helm.sh/release-name={RELEASE}",
+                f"meta.helm.sh/release-namespace={NAMESPACE}",
+            )
 
 
 def access_review(verb: str, resource: str, namespace: str | None) -> dict:
@@ -73,10 +84,19 @@ def access_review(verb: str, resource: str, namespace: str | None) -> dict:
     attributes = {"verb": verb, "group": group, "resource": plural, "subresource": subresource}
     if namespace:
         attributes["namespace"] = namespace
-    return {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
-            "spec": {"user": ACCOUNT, "resourceAttributes": attributes,
-                     "groups": ["system:serviceaccounts", f"system:serviceaccounts:{NAMESPACE}",
-                                "system:authenticated"]}}
+    return {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SubjectAccessReview",
+        "spec": {
+            "user": ACCOUNT,
+            "resourceAttributes": attributes,
+            "groups": [
+                "system:serviceaccounts",
+                f"system:serviceaccounts:{NAMESPACE}",
+                "system:authenticated",
+            ],
+        },
+    }
 
 
 def json_documents(text: str) -> list[dict]:
@@ -93,12 +113,17 @@ def json_documents(text: str) -> list[dict]:
 
 def allowed(cluster, questions: list[tuple[str, str, str | None]]) -> dict[str, bool]:
     """Ask all (verb, resource, namespace) questions in one request; answers by 'verb resource'."""
-    reviews = {"apiVersion": "v1", "kind": "List",
-               "items": [access_review(*question) for question in questions]}
+    reviews = {
+        "apiVersion": "v1",
+        "kind": "List",
+        "items": [access_review(*question) for question in questions],
+    }
     output = cluster.kubectl("create", "-o", "json", "-f", "-", input=json.dumps(reviews)).stdout
     answers = json_documents(output)
-    return {f"{verb} {resource}": bool(answer["status"].get("allowed"))
-            for (verb, resource, _), answer in zip(questions, answers, strict=True)}
+    return {
+        f"{verb} {resource}": bool(answer["status"].get("allowed"))
+        for (verb, resource, _), answer in zip(questions, answers, strict=True)
+    }
 
 
 def wait_for_port(port: int, timeout: float = 60.0) -> None:
@@ -113,23 +138,40 @@ def wait_for_port(port: int, timeout: float = 60.0) -> None:
 
 
 def trainer_pod(labels: dict[str, str] | None = None, restricted: bool = False) -> dict:
-    container = {"name": "pytorch", "image": "trainer:1",
-                 "command": ["torchrun", "--nproc-per-node=2", "train.py"],
-                 "env": [{"name": "PYTHONPATH", "value": "/app"}]}
-    spec = {"containers": [container], "restartPolicy": "Never", "nodeName": NOWHERE,
-            "automountServiceAccountToken": False}
+    container = {
+        "name": "pytorch",
+        "image": "trainer:1",
+        "command": ["torchrun", "--nproc-per-node=2", "train.py"],
+        "env": [{"name": "PYTHONPATH", "value": "/app"}],
+    }
+    spec = {
+        "containers": [container],
+        "restartPolicy": "Never",
+        "nodeName": NOWHERE,
+        "automountServiceAccountToken": False,
+    }
     if restricted:
-        spec["securityContext"] = {"runAsNonRoot": True, "runAsUser": 1000,
-                                   "seccompProfile": {"type": "RuntimeDefault"}}
-        container["securityContext"] = {"allowPrivilegeEscalation": False,
-                                        "capabilities": {"drop": ["ALL"]}}
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"generateName": "trainer-", "labels": labels or {}}, "spec": spec}
+        spec["securityContext"] = {
+            "runAsNonRoot": True,
+            "runAsUser": 1000,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        }
+        container["securityContext"] = {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+        }
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"generateName": "trainer-", "labels": labels or {}},
+        "spec": spec,
+    }
 
 
 def create_pod(cluster, namespace: str, pod: dict, *extra: str) -> dict:
-    result = cluster.kubectl("-n", namespace, "create", "-f", "-", "-o", "json", *extra,
-                             input=json.dumps(pod))
+    result = cluster.kubectl(
+        "-n", namespace, "create", "-f", "-", "-o", "json", *extra, input=json.dumps(pod)
+    )
     return json.loads(result.stdout)
 
 
@@ -174,4 +216,3 @@ def wait_until(condition, timeout: float, what: str):
             return result
         time.sleep(1)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-

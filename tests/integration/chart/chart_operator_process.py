@@ -59,27 +59,36 @@ class OperatorProcess:
 
 def service_account_kubeconfig(cluster, namespace: str, account: str, path: Path) -> Path:
     """A kubeconfig that authenticates as the ServiceAccount with a short-lived bound token."""
-    token = cluster.kubectl("-n", namespace, "create", "token", account,
-                            "--duration=1h").stdout.strip()
+    token = cluster.kubectl(
+        "-n", namespace, "create", "token", account, "--duration=1h"
+    ).stdout.strip()
     admin = yaml.safe_load(cluster.kubeconfig.read_text())
     server = admin["clusters"][0]["cluster"]
-    path.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": account,
-        "clusters": [{"name": "local", "cluster": server}],
-        "users": [{"name": account, "user": {"token": token}}],
-        "contexts": [{"name": account, "context": {"cluster": "local", "user": account}}],
-    }))
+    path.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": account,
+                "clusters": [{"name": "local", "cluster": server}],
+                "users": [{"name": account, "user": {"token": token}}],
+                "contexts": [{"name": account, "context": {"cluster": "local", "user": account}}],
+            }
+        )
+    )
     return path
 
 
 def _secret_data(cluster, namespace: str, name: str) -> dict[str, bytes]:
-    secret = json.loads(cluster.kubectl("-n", namespace, "get", "secret", name, "-o",
-                                        "json").stdout)
+    secret = json.loads(
+        cluster.kubectl("-n", namespace, "get", "secret", name, "-o", "json").stdout
+    )
     return {key: base64.b64decode(value) for key, value in secret.get("data", {}).items()}
 
 
-def _materialise_volumes(cluster, namespace: str, pod_spec: dict[str, Any],
-                         container: dict[str, Any], root: Path) -> dict[str, Path]:
+def _materialise_volumes(
+    cluster, namespace: str, pod_spec: dict[str, Any], container: dict[str, Any], root: Path
+) -> dict[str, Path]:
     """Write each Secret volume to a directory; returns mount path -> local directory."""
     volumes = {v["name"]: v for v in pod_spec.get("volumes", [])}
     mounts: dict[str, Path] = {}
@@ -103,11 +112,12 @@ def _local_path(value: str, mounts: dict[str, Path]) -> str:
     if not containing:
         return value
     mount = max(containing, key=len)
-    return str(mounts[mount]) + value[len(mount):]
+    return str(mounts[mount]) + value[len(mount) :]
 
 
-def _resolve_env(cluster, namespace: str, container: dict[str, Any],
-                 mounts: dict[str, Path]) -> dict[str, str]:
+def _resolve_env(
+    cluster, namespace: str, container: dict[str, Any], mounts: dict[str, Path]
+) -> dict[str, str]:
     env: dict[str, str] = {}
     for variable in container.get("env", []):
         if "value" in variable:
@@ -115,25 +125,31 @@ def _resolve_env(cluster, namespace: str, container: dict[str, Any],
         else:
             ref = variable["valueFrom"]["secretKeyRef"]
             env[variable["name"]] = _secret_data(cluster, namespace, ref["name"])[
-                ref["key"]].decode()
+                ref["key"]
+            ].decode()
     return env
 
 
-def start_chart_operator(cluster, namespace: str, deployment: str, command: list[str],
-                         workdir: Path, health_port: int) -> OperatorProcess:
+def start_chart_operator(
+    cluster, namespace: str, deployment: str, command: list[str], workdir: Path, health_port: int
+) -> OperatorProcess:
     """Start `command` with the Deployment's container env, Secret files and service account.
 
     The liveness argument is rewritten to a loopback port: the chart's 0.0.0.0:8080 is the pod's
     own address space, which a local process does not have."""
-    spec = json.loads(cluster.kubectl("-n", namespace, "get", "deployment", deployment, "-o",
-                                      "json").stdout)["spec"]["template"]["spec"]
+    spec = json.loads(
+        cluster.kubectl("-n", namespace, "get", "deployment", deployment, "-o", "json").stdout
+    )["spec"]["template"]["spec"]
     [container] = spec["containers"]
     mounts = _materialise_volumes(cluster, namespace, spec, container, workdir / "mounts")
-    kubeconfig = service_account_kubeconfig(cluster, namespace, spec["serviceAccountName"],
-                                            workdir / "operator.kubeconfig")
+    kubeconfig = service_account_kubeconfig(
+        cluster, namespace, spec["serviceAccountName"], workdir / "operator.kubeconfig"
+    )
     health_url = f"http://127.0.0.1:{health_port}/healthz"
-    args = [f"--liveness={health_url}" if a.startswith("--liveness=") else a
-            for a in container.get("args", [])]
+    args = [
+        f"--liveness={health_url}" if a.startswith("--liveness=") else a
+        for a in container.get("args", [])
+    ]
     env = {
         "PATH": os.environ.get("PATH", ""),
         "HOME": str(workdir),
@@ -142,8 +158,12 @@ def start_chart_operator(cluster, namespace: str, deployment: str, command: list
     }
     log_path = workdir / "operator.log"
     with log_path.open("wb") as log:
-        process = subprocess.Popen([*command, *args], env=env, stdout=log,
-                                   stderr=subprocess.STDOUT, cwd=workdir,
-                                   start_new_session=True)
+        process = subprocess.Popen(
+            [*command, *args],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=workdir,
+            start_new_session=True,
+        )
     return OperatorProcess(process=process, health_url=health_url, log_path=log_path)
-

@@ -29,16 +29,28 @@ class ReplayedImage:
     def path(self, absolute: str) -> Path:
         return self.root / absolute.lstrip("/")
 
-    def run(self, *args: str, extra_env: dict[str, str] | None = None,
-            timeout: float = 120) -> subprocess.CompletedProcess:
+    def run(
+        self, *args: str, extra_env: dict[str, str] | None = None, timeout: float = 120
+    ) -> subprocess.CompletedProcess:
         command = [self._resolve(self.entrypoint[0]), *self.entrypoint[1:], *args]
-        return subprocess.run(command, env={**self.env, **(extra_env or {})}, text=True,
-                              capture_output=True, timeout=timeout, check=False)
+        return subprocess.run(
+            command,
+            env={**self.env, **(extra_env or {})},
+            text=True,
+            capture_output=True,
+            timeout=timeout,
+            check=False,
+        )
 
     def python(self, code: str, extra_env: dict[str, str] | None = None):
-        return subprocess.run([self._resolve("python"), "-c", code],
-                              env={**self.env, **(extra_env or {})}, text=True,
-                              capture_output=True, timeout=120, check=False)
+        return subprocess.run(
+            [self._resolve("python"), "-c", code],
+            env={**self.env, **(extra_env or {})},
+            text=True,
+            capture_output=True,
+            timeout=120,
+            check=False,
+        )
 
     def _resolve(self, name: str) -> str:
         found = shutil.which(name, path=self.env["PATH"])
@@ -73,8 +85,7 @@ def replay(dockerfile: Path, context: Path, root: Path) -> ReplayedImage:
 
     def mapped(text: str) -> str:
         # Absolute image paths (not URLs, not flags) move under the scratch root.
-        return re.sub(r"(?<![\w:.])(/(?:opt|src|var|etc|app)\b)", lambda m: str(root) + m[1],
-                      text)
+        return re.sub(r"(?<![\w:.])(/(?:opt|src|var|etc|app)\b)", lambda m: str(root) + m[1], text)
 
     for keyword, rest in _joined_instructions(dockerfile.read_text()):
         if keyword == "FROM":
@@ -100,18 +111,28 @@ def replay(dockerfile: Path, context: Path, root: Path) -> ReplayedImage:
                 if from_stage and origin == target:
                     continue  # the stages share one root: already in place
                 if origin.is_dir():
-                    shutil.copytree(origin, target if not dest.endswith("/") or
-                                    len(sources) == 1 else target / origin.name,
-                                    dirs_exist_ok=True,
-                                    ignore=shutil.ignore_patterns("__pycache__"))
+                    shutil.copytree(
+                        origin,
+                        target
+                        if not dest.endswith("/") or len(sources) == 1
+                        else target / origin.name,
+                        dirs_exist_ok=True,
+                        ignore=shutil.ignore_patterns("__pycache__"),
+                    )
                 else:
                     destination = target / origin.name if dest.endswith("/") else target
                     destination.parent.mkdir(parents=True, exist_ok=True)
                     shutil.copy2(origin, destination)
         elif keyword == "RUN":
-            subprocess.run(["bash", "-euo", "pipefail", "-c", mapped(rest)],
-                           cwd=image.path(workdir), env=env, check=True, timeout=900,
-                           capture_output=True, text=True)
+            subprocess.run(
+                ["bash", "-euo", "pipefail", "-c", mapped(rest)],
+                cwd=image.path(workdir),
+                env=env,
+                check=True,
+                timeout=900,
+                capture_output=True,
+                text=True,
+            )
         elif keyword == "ENTRYPOINT":
             image.entrypoint = [str(x) for x in json.loads(rest)]
         # ARG, USER, EXPOSE: checked by tests/unit/chart/test_dockerfiles_lint.py, nothing to replay.

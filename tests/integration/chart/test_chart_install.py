@@ -51,68 +51,122 @@ from stepscope_operator.permissions import REQUIRED_PERMISSIONS
 
 pytestmark = pytest.mark.integration
 
+
 @pytest.fixture(scope="module")
 def release(local_cluster, tmp_path_factory):
     cluster = local_cluster
     workdir = tmp_path_factory.mktemp("chart")
     ensure_namespace(cluster, NAMESPACE)
-    cluster.kubectl("-n", NAMESPACE, "create", "secret", "generic", S3_SECRET,
-                    f"--from-literal=AWS_ACCESS_KEY_ID={cluster.s3_access_key}",
-                    f"--from-literal=AWS_SECRET_ACCESS_KEY={cluster.s3_secret_key}")
+    cluster.kubectl(
+        "-n",
+        NAMESPACE,
+        "create",
+        "secret",
+        "generic",
+        S3_SECRET,
+        f"--from-literal=AWS_ACCESS_KEY_ID={cluster.s3_access_key}",
+        f"--from-literal=AWS_SECRET_ACCESS_KEY={cluster.s3_secret_key}",
+    )
     webhook_port = free_port()
     values = {
         "operator": {"replicas": 0},
-        "webhook": {"url": f"https://127.0.0.1:{webhook_port}", "listenAddress": "127.0.0.1",
-                    "port": webhook_port},
-        "s3": {"endpoint": cluster.s3_endpoint, "bucket": cluster.s3_bucket,
-               "region": cluster.s3_region, "credentialsSecret": {"name": S3_SECRET}},
+        "webhook": {
+            "url": f"https://127.0.0.1:{webhook_port}",
+            "listenAddress": "127.0.0.1",
+            "port": webhook_port,
+        },
+        "s3": {
+            "endpoint": cluster.s3_endpoint,
+            "bucket": cluster.s3_bucket,
+            "region": cluster.s3_region,
+            "credentialsSecret": {"name": S3_SECRET},
+        },
         "agent": {"image": {"repository": "stepscope-agent", "tag": "it"}},
     }
     values_file = workdir / "values.yaml"
     values_file.write_text(yaml.safe_dump(values))
     adopt_existing_crds(cluster)
-    installed = helm(cluster, "install", RELEASE, str(CHART_DIR), "-n", NAMESPACE,
-                     "-f", str(values_file), "--wait", "--timeout", "2m")
-    state = {"cluster": cluster, "workdir": workdir, "webhook_port": webhook_port,
-             "values_file": values_file, "install_output": installed.stdout, "operator": None}
+    installed = helm(
+        cluster,
+        "install",
+        RELEASE,
+        str(CHART_DIR),
+        "-n",
+        NAMESPACE,
+        "-f",
+        str(values_file),
+        "--wait",
+        "--timeout",
+        "2m",
+    )
+    state = {
+        "cluster": cluster,
+        "workdir": workdir,
+        "webhook_port": webhook_port,
+        "values_file": values_file,
+        "install_output": installed.stdout,
+        "operator": None,
+    }
     try:
         yield state
     finally:
         if state["operator"] is not None:
             state["operator"].stop()
         helm(cluster, "uninstall", RELEASE, "-n", NAMESPACE, "--wait", check=False)
-        for namespace in ("team-pod", "team-ns", "team-restricted", "stepscope-dryrun",
-                          NAMESPACE):
+        for namespace in ("team-pod", "team-ns", "team-restricted", "stepscope-dryrun", NAMESPACE):
             # Pods bound to a node without a kubelet never confirm a graceful deletion.
-            cluster.kubectl("-n", namespace, "delete", "pods", "--all", "--force",
-                            "--grace-period=0", check=False)
+            cluster.kubectl(
+                "-n",
+                namespace,
+                "delete",
+                "pods",
+                "--all",
+                "--force",
+                "--grace-period=0",
+                check=False,
+            )
             cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
 
 
 def test_rendered_chart_passes_server_side_dry_run(local_cluster, tmp_path):
     cluster = local_cluster
     ensure_namespace(cluster, "stepscope-dryrun")
-    for extra in ([], ["--set", "operator.watchNamespace=stepscope-dryrun",
-                       "--set", "networkPolicy.agentNamespaces={stepscope-dryrun}"]):
-        rendered = helm(cluster, "template", "dryrun", str(CHART_DIR), "-n", "stepscope-dryrun",
-                        *extra).stdout
-        applied = cluster.kubectl("apply", "--dry-run=server", "-f", "-", input=rendered,
-                                  check=False)
+    for extra in (
+        [],
+        [
+            "--set",
+            "operator.watchNamespace=stepscope-dryrun",
+            "--set",
+            "networkPolicy.agentNamespaces={stepscope-dryrun}",
+        ],
+    ):
+        rendered = helm(
+            cluster, "template", "dryrun", str(CHART_DIR), "-n", "stepscope-dryrun", *extra
+        ).stdout
+        applied = cluster.kubectl(
+            "apply", "--dry-run=server", "-f", "-", input=rendered, check=False
+        )
         assert applied.returncode == 0, applied.stderr
         kinds = {line.split("/")[0] for line in applied.stdout.splitlines()}
-        assert {"deployment.apps", "mutatingwebhookconfiguration.admissionregistration.k8s.io",
-                "customresourcedefinition.apiextensions.k8s.io"} <= kinds, applied.stdout
+        assert {
+            "deployment.apps",
+            "mutatingwebhookconfiguration.admissionregistration.k8s.io",
+            "customresourcedefinition.apiextensions.k8s.io",
+        } <= kinds, applied.stdout
 
 
 def test_install_tells_the_user_the_next_command_and_it_is_valid(release):
     notes = release["install_output"]
     assert "STATUS: deployed" in notes
     lines = notes.splitlines()
-    start = next(i for i, line in enumerate(lines) if "kubectl apply -n <job-namespace> -f -" in line)
+    start = next(
+        i for i, line in enumerate(lines) if "kubectl apply -n <job-namespace> -f -" in line
+    )
     end = next(i for i in range(start + 1, len(lines)) if lines[i].strip() == "EOF")
-    manifest = textwrap.dedent("\n".join(lines[start + 1:end])).replace("<job-name>", "demo")
-    applied = release["cluster"].kubectl("-n", NAMESPACE, "apply", "--dry-run=server", "-f", "-",
-                                         input=manifest, check=False)
+    manifest = textwrap.dedent("\n".join(lines[start + 1 : end])).replace("<job-name>", "demo")
+    applied = release["cluster"].kubectl(
+        "-n", NAMESPACE, "apply", "--dry-run=server", "-f", "-", input=manifest, check=False
+    )
     assert applied.returncode == 0, applied.stderr
 
 
@@ -127,26 +181,32 @@ def test_service_account_may_do_what_the_operator_needs_and_no_more(release):
         needed += [(verb, resource, namespace) for verb in permission.verbs]
     refused = [q for q, ok in allowed(cluster, needed).items() if not ok]
     assert not refused, f"the chart's service account is refused: {refused}"
-    forbidden = [("get", "secrets", "team-pod"), ("get", "secrets", NAMESPACE),
-                 ("create", "pods", "team-pod"), ("delete", "pods", "team-pod"),
-                 ("update", "profilesessions.stepscope.dev", "team-pod"),
-                 ("create", "customresourcedefinitions.apiextensions.k8s.io", None),
-                 ("create", "mutatingwebhookconfigurations.admissionregistration.k8s.io", None),
-                 ("patch", "mutatingwebhookconfigurations.admissionregistration.k8s.io", None)]
+    forbidden = [
+        ("get", "secrets", "team-pod"),
+        ("get", "secrets", NAMESPACE),
+        ("create", "pods", "team-pod"),
+        ("delete", "pods", "team-pod"),
+        ("update", "profilesessions.stepscope.dev", "team-pod"),
+        ("create", "customresourcedefinitions.apiextensions.k8s.io", None),
+        ("create", "mutatingwebhookconfigurations.admissionregistration.k8s.io", None),
+        ("patch", "mutatingwebhookconfigurations.admissionregistration.k8s.io", None),
+    ]
     granted = [q for q, ok in allowed(cluster, forbidden).items() if ok]
     assert not granted, f"{ACCOUNT} may do more than the operator needs: {granted}"
     # The same authorizer through kubectl's own impersonating check.
     for verb, resource, expected in (("list", "pods", "yes"), ("get", "secrets", "no")):
-        answer = cluster.kubectl("auth", "can-i", verb, resource, f"--as={ACCOUNT}",
-                                 "-n", "team-pod", check=False).stdout.strip()
+        answer = cluster.kubectl(
+            "auth", "can-i", verb, resource, f"--as={ACCOUNT}", "-n", "team-pod", check=False
+        ).stdout.strip()
         assert answer == expected, f"kubectl auth can-i {verb} {resource}: {answer}"
 
 
 @pytest.fixture(scope="module")
 def webhook_operator(release):
     cluster = release["cluster"]
-    operator = start_chart_operator(cluster, NAMESPACE, RELEASE, OPERATOR_COMMAND,
-                                    release["workdir"], health_port=free_port())
+    operator = start_chart_operator(
+        cluster, NAMESPACE, RELEASE, OPERATOR_COMMAND, release["workdir"], health_port=free_port()
+    )
     release["operator"] = operator
     operator.wait_healthy()
     wait_for_port(release["webhook_port"])
@@ -155,8 +215,9 @@ def webhook_operator(release):
     return operator
 
 
-def test_opted_in_pod_comes_back_with_the_agent_and_its_command_untouched(webhook_operator,
-                                                                          release):
+def test_opted_in_pod_comes_back_with_the_agent_and_its_command_untouched(
+    webhook_operator, release
+):
     cluster = release["cluster"]
     pod = create_pod(cluster, "team-pod", trainer_pod({INJECT_LABEL: "true"}))
     assert is_mutated(pod), json.dumps(pod["spec"], indent=1)
@@ -192,8 +253,9 @@ def test_namespace_label_opts_in_every_pod_also_on_server_dry_run(webhook_operat
 def test_a_pod_that_cannot_be_injected_is_created_with_a_warning(webhook_operator, release):
     pod = trainer_pod({INJECT_LABEL: "true"})
     pod["metadata"]["annotations"] = {"stepscope.dev/container": "no-such-container"}
-    result = release["cluster"].kubectl("-n", "team-pod", "create", "-f", "-", "-o", "json",
-                                        input=json.dumps(pod))
+    result = release["cluster"].kubectl(
+        "-n", "team-pod", "create", "-f", "-", "-o", "json", input=json.dumps(pod)
+    )
     assert not is_mutated(json.loads(result.stdout))
     assert "Warning: stepscope agent not injected" in result.stderr
     assert "no-such-container" in result.stderr
@@ -201,29 +263,52 @@ def test_a_pod_that_cannot_be_injected_is_created_with_a_warning(webhook_operato
 
 def test_injected_pod_passes_restricted_pod_security_admission(webhook_operator, release):
     cluster = release["cluster"]
-    ensure_namespace(cluster, "team-restricted",
-                     {"pod-security.kubernetes.io/enforce": "restricted"})
-    refused = cluster.kubectl("-n", "team-restricted", "create", "-f", "-",
-                              input=json.dumps(trainer_pod({INJECT_LABEL: "true"})), check=False)
+    ensure_namespace(
+        cluster, "team-restricted", {"pod-security.kubernetes.io/enforce": "restricted"}
+    )
+    refused = cluster.kubectl(
+        "-n",
+        "team-restricted",
+        "create",
+        "-f",
+        "-",
+        input=json.dumps(trainer_pod({INJECT_LABEL: "true"})),
+        check=False,
+    )
     assert refused.returncode != 0 and "restricted" in refused.stderr, "PSA is not enforcing"
-    pod = create_pod(cluster, "team-restricted", trainer_pod({INJECT_LABEL: "true"},
-                                                             restricted=True))
+    pod = create_pod(
+        cluster, "team-restricted", trainer_pod({INJECT_LABEL: "true"}, restricted=True)
+    )
     assert is_mutated(pod)
 
 
-def test_injected_pod_runs_its_agent_and_is_profiled_by_the_charts_operator(webhook_operator,
-                                                                           release):
+def test_injected_pod_runs_its_agent_and_is_profiled_by_the_charts_operator(
+    webhook_operator, release
+):
     """The whole chain on the local pod runner: the webhook injects, the hook counts the
     trainer's optimizer steps, the sidecar answers the operator's namespace token, and the
     operator (the chart's account) profiles the pod to a final phase."""
     cluster = release["cluster"]
     start_podrunner(cluster, die_with_parent=True)
-    pod = {"apiVersion": "v1", "kind": "Pod",
-           "metadata": {"name": "injected-trainer", "labels": {INJECT_LABEL: "true",
-                                                               "app": "injected-trainer"}},
-           "spec": {"restartPolicy": "Never", "automountServiceAccountToken": False,
-                    "containers": [{"name": "pytorch", "image": "trainer:1",
-                                    "command": ["python", "-c", TRAINING_LOOP]}]}}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "injected-trainer",
+            "labels": {INJECT_LABEL: "true", "app": "injected-trainer"},
+        },
+        "spec": {
+            "restartPolicy": "Never",
+            "automountServiceAccountToken": False,
+            "containers": [
+                {
+                    "name": "pytorch",
+                    "image": "trainer:1",
+                    "command": ["python", "-c", TRAINING_LOOP],
+                }
+            ],
+        },
+    }
     assert is_mutated(create_pod(cluster, "team-pod", pod))
     token = agent_token_for_namespace(master_token(cluster), "team-pod")
 
@@ -237,17 +322,24 @@ def test_injected_pod_runs_its_agent_and_is_profiled_by_the_charts_operator(webh
     status = wait_until(stepping, 120, "the agent to report the trainer's steps")
     assert status["pod"] == "injected-trainer" and status["namespace"] == "team-pod"
 
-    session = {"apiVersion": "stepscope.dev/v1alpha1", "kind": "ProfileSession",
-               "metadata": {"name": "injected", "namespace": "team-pod"},
-               "spec": {"target": {"podSelector": {"matchLabels": {"app": "injected-trainer"}}},
-                        "window": {"steps": 3, "warmupSteps": 1, "leadSeconds": 2,
-                                   "timeoutSeconds": 120},
-                        "granularity": "ops"}}
+    session = {
+        "apiVersion": "stepscope.dev/v1alpha1",
+        "kind": "ProfileSession",
+        "metadata": {"name": "injected", "namespace": "team-pod"},
+        "spec": {
+            "target": {"podSelector": {"matchLabels": {"app": "injected-trainer"}}},
+            "window": {"steps": 3, "warmupSteps": 1, "leadSeconds": 2, "timeoutSeconds": 120},
+            "granularity": "ops",
+        },
+    }
     cluster.kubectl("apply", "-f", "-", input=json.dumps(session))
 
     def final_phase() -> str | None:
-        phase = get_json(cluster, "-n", "team-pod", "profilesession", "injected").get(
-            "status", {}).get("phase")
+        phase = (
+            get_json(cluster, "-n", "team-pod", "profilesession", "injected")
+            .get("status", {})
+            .get("phase")
+        )
         return phase if phase in ("Succeeded", "PartiallySucceeded", "Failed") else None
 
     phase = wait_until(final_phase, 150, "the session to finish")
@@ -277,8 +369,20 @@ def test_upgrade_keeps_token_certificate_and_settings(release):
     cluster = release["cluster"]
     token_before = get_json(cluster, "-n", NAMESPACE, "secret", f"{RELEASE}-agent-token")["data"]
     tls_before = get_json(cluster, "-n", NAMESPACE, "secret", f"{RELEASE}-webhook-tls")["data"]
-    helm(cluster, "upgrade", RELEASE, str(CHART_DIR), "-n", NAMESPACE, "--reuse-values",
-         "--set", "operator.defaultRetention=72h", "--wait", "--timeout", "2m")
+    helm(
+        cluster,
+        "upgrade",
+        RELEASE,
+        str(CHART_DIR),
+        "-n",
+        NAMESPACE,
+        "--reuse-values",
+        "--set",
+        "operator.defaultRetention=72h",
+        "--wait",
+        "--timeout",
+        "2m",
+    )
     token_after = get_json(cluster, "-n", NAMESPACE, "secret", f"{RELEASE}-agent-token")["data"]
     tls_after = get_json(cluster, "-n", NAMESPACE, "secret", f"{RELEASE}-webhook-tls")["data"]
     assert token_after == token_before
@@ -292,17 +396,40 @@ def test_upgrade_keeps_token_certificate_and_settings(release):
     assert env["AWS_ACCESS_KEY_ID"]["valueFrom"]["secretKeyRef"]["name"] == S3_SECRET
 
     # The same with the values file instead of --reuse-values (the usual CI/GitOps upgrade).
-    helm(cluster, "upgrade", RELEASE, str(CHART_DIR), "-n", NAMESPACE,
-         "-f", str(release["values_file"]), "--wait", "--timeout", "2m")
-    assert get_json(cluster, "-n", NAMESPACE, "secret",
-                    f"{RELEASE}-agent-token")["data"] == token_before
+    helm(
+        cluster,
+        "upgrade",
+        RELEASE,
+        str(CHART_DIR),
+        "-n",
+        NAMESPACE,
+        "-f",
+        str(release["values_file"]),
+        "--wait",
+        "--timeout",
+        "2m",
+    )
+    assert (
+        get_json(cluster, "-n", NAMESPACE, "secret", f"{RELEASE}-agent-token")["data"]
+        == token_before
+    )
 
 
 def test_upgrade_regenerates_the_certificate_when_the_webhook_address_changes(release):
     cluster = release["cluster"]
     before = get_json(cluster, "-n", NAMESPACE, "secret", f"{RELEASE}-webhook-tls")["data"]
-    helm(cluster, "upgrade", RELEASE, str(CHART_DIR), "-n", NAMESPACE, "--reuse-values",
-         "--set", f"webhook.url=https://localhost:{release['webhook_port']}", "--wait")
+    helm(
+        cluster,
+        "upgrade",
+        RELEASE,
+        str(CHART_DIR),
+        "-n",
+        NAMESPACE,
+        "--reuse-values",
+        "--set",
+        f"webhook.url=https://localhost:{release['webhook_port']}",
+        "--wait",
+    )
     after = get_json(cluster, "-n", NAMESPACE, "secret", f"{RELEASE}-webhook-tls")["data"]
     assert after["tls.crt"] != before["tls.crt"]
     cert = x509.load_pem_x509_certificate(base64.b64decode(after["tls.crt"]))
@@ -317,17 +444,28 @@ def test_uninstall_leaves_only_the_kept_crds(release):
     helm(cluster, "uninstall", RELEASE, "-n", NAMESPACE, "--wait")
     selector = f"app.kubernetes.io/instance={RELEASE}"
     namespaced = cluster.kubectl(
-        "-n", NAMESPACE, "get",
+        "-n",
+        NAMESPACE,
+        "get",
         "deployments,services,secrets,serviceaccounts,roles,rolebindings,networkpolicies",
-        "-l", selector, "-o", "name").stdout.split()
+        "-l",
+        selector,
+        "-o",
+        "name",
+    ).stdout.split()
     assert namespaced == []
     cluster_scoped = cluster.kubectl(
-        "get", "clusterroles,clusterrolebindings,mutatingwebhookconfigurations",
-        "-l", selector, "-o", "name").stdout.split()
+        "get",
+        "clusterroles,clusterrolebindings,mutatingwebhookconfigurations",
+        "-l",
+        selector,
+        "-o",
+        "name",
+    ).stdout.split()
     assert cluster_scoped == []
     remaining_crds = cluster.kubectl("get", "crd", "-l", selector, "-o", "name").stdout.split()
-    assert sorted(remaining_crds) == sorted(f"customresourcedefinition.apiextensions.k8s.io/{c}"
-                                            for c in CRDS)
+    assert sorted(remaining_crds) == sorted(
+        f"customresourcedefinition.apiextensions.k8s.io/{c}" for c in CRDS
+    )
     # The S3 Secret is the user's, created before the install: the chart never owned it.
-    assert cluster.kubectl("-n", NAMESPACE, "get", "secret", S3_SECRET,
-                           check=False).returncode == 0
+    assert cluster.kubectl("-n", NAMESPACE, "get", "secret", S3_SECRET, check=False).returncode == 0

@@ -23,14 +23,16 @@ REPO_ROOT = Path(__file__).resolve().parents[3]
 
 @pytest.fixture(scope="module")
 def operator_image(tmp_path_factory):
-    return replay(REPO_ROOT / "operator" / "Dockerfile", REPO_ROOT,
-                  tmp_path_factory.mktemp("operator-image"))
+    return replay(
+        REPO_ROOT / "operator" / "Dockerfile", REPO_ROOT, tmp_path_factory.mktemp("operator-image")
+    )
 
 
 @pytest.fixture(scope="module")
 def agent_image(tmp_path_factory):
-    return replay(REPO_ROOT / "agent_image" / "Dockerfile", REPO_ROOT,
-                  tmp_path_factory.mktemp("agent-image"))
+    return replay(
+        REPO_ROOT / "agent_image" / "Dockerfile", REPO_ROOT, tmp_path_factory.mktemp("agent-image")
+    )
 
 
 def test_operator_entrypoint_answers_help(operator_image):
@@ -56,12 +58,21 @@ def test_agent_image_has_no_torch_boto3_or_operator(agent_image):
 def test_agent_entrypoint_serves_its_api_with_the_token(agent_image, tmp_path):
     port = free_port()
     token = "t" * 32
-    env = {"STEPSCOPE_AGENT_DIR": str(tmp_path / "shared"), "STEPSCOPE_AGENT_TOKEN": token,
-           "STEPSCOPE_AGENT_PORT": str(port), "STEPSCOPE_AGENT_HOST": "127.0.0.1",
-           "STEPSCOPE_POD_NAME": "trainer-0"}
+    env = {
+        "STEPSCOPE_AGENT_DIR": str(tmp_path / "shared"),
+        "STEPSCOPE_AGENT_TOKEN": token,
+        "STEPSCOPE_AGENT_PORT": str(port),
+        "STEPSCOPE_AGENT_HOST": "127.0.0.1",
+        "STEPSCOPE_POD_NAME": "trainer-0",
+    }
     command = [agent_image._resolve(agent_image.entrypoint[0])]
-    process = subprocess.Popen(command, env={**agent_image.env, **env},
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    process = subprocess.Popen(
+        command,
+        env={**agent_image.env, **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         url = f"http://127.0.0.1:{port}/v1/status"
         deadline = time.monotonic() + 30
@@ -96,10 +107,16 @@ def test_hook_install_command_copies_a_loadable_hook(agent_image, tmp_path):
     assert (destination / "sitecustomize.py").is_file()
     assert not (destination / "hook").exists()
     # PYTHONPATH alone makes Python load the hook, as in the injected training container.
-    check = ("import sys; hook = sys.modules['sitecustomize']; "
-             "print(hook.__file__.startswith(sys.argv[1]))")
+    check = (
+        "import sys; hook = sys.modules['sitecustomize']; "
+        "print(hook.__file__.startswith(sys.argv[1]))"
+    )
     result = subprocess.run(
         [sys.executable, "-c", check, str(destination)],
         env={"PYTHONPATH": str(destination), "STEPSCOPE_AGENT_DIR": str(tmp_path / "shared")},
-        capture_output=True, text=True, timeout=60, check=False)
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert result.returncode == 0 and result.stdout.strip() == "True", result.stderr

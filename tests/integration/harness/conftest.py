@@ -32,9 +32,16 @@ def namespace(local_cluster, pod_runner):
     """A fresh namespace whose default ServiceAccount exists (pods are refused before that)."""
     name = f"harness-{uuid.uuid4().hex[:8]}"
     local_cluster.kubectl("create", "namespace", name)
-    wait_for(lambda: local_cluster.kubectl("get", "serviceaccount", "default", "-n", name,
-                                           check=False).returncode == 0,
-             timeout=60, what=f"ServiceAccount {name}/default")
+    wait_for(
+        lambda: (
+            local_cluster.kubectl(
+                "get", "serviceaccount", "default", "-n", name, check=False
+            ).returncode
+            == 0
+        ),
+        timeout=60,
+        what=f"ServiceAccount {name}/default",
+    )
     yield name
     local_cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
 
@@ -42,8 +49,11 @@ def namespace(local_cluster, pod_runner):
 @pytest.fixture
 def apply(local_cluster):
     def apply_objects(*objects: dict) -> None:
-        local_cluster.kubectl("apply", "-f", "-",
-                              input=json.dumps({"apiVersion": "v1", "kind": "List",
-                                                "items": list(objects)}))
+        local_cluster.kubectl(
+            "apply",
+            "-f",
+            "-",
+            input=json.dumps({"apiVersion": "v1", "kind": "List", "items": list(objects)}),
+        )
 
     return apply_objects

@@ -19,8 +19,15 @@ def wait_for(condition, *, timeout: float, what: str, interval: float = 0.5):
         time.sleep(interval)
 
 
-def python_pod(name: str, namespace: str, code: str, *, restart: str = "Never",
-               env: list[dict[str, Any]] | None = None, **spec: Any) -> dict[str, Any]:
+def python_pod(
+    name: str,
+    namespace: str,
+    code: str,
+    *,
+    restart: str = "Never",
+    env: list[dict[str, Any]] | None = None,
+    **spec: Any,
+) -> dict[str, Any]:
     """A pod whose one container runs ``python -c code``, with POD_IP from the downward API."""
     return {
         "apiVersion": "v1",
@@ -28,14 +35,20 @@ def python_pod(name: str, namespace: str, code: str, *, restart: str = "Never",
         "metadata": {"name": name, "namespace": namespace},
         "spec": {
             "restartPolicy": restart,
-            "containers": [{
-                "name": "main",
-                "image": "python:3.11-slim",
-                "command": ["python", "-c", code],
-                "env": [{"name": "POD_IP",
-                         "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
-                        *(env or [])],
-            }],
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "python:3.11-slim",
+                    "command": ["python", "-c", code],
+                    "env": [
+                        {
+                            "name": "POD_IP",
+                            "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}},
+                        },
+                        *(env or []),
+                    ],
+                }
+            ],
             **spec,
         },
     }

@@ -25,22 +25,26 @@ def _agent_status(address: str, token: str | None) -> tuple[int, dict]:
         return error.code, {}
 
 
-def test_the_demo_job_runs_four_ranks_each_with_its_agent(local_cluster, namespace,
-                                                          training_operator, pod_runner):
+def test_the_demo_job_runs_four_ranks_each_with_its_agent(
+    local_cluster, namespace, training_operator, pod_runner
+):
     token = secrets.token_hex(16)
     submit_demo_job(local_cluster, namespace, agent_token=token, steps=150)
-    pods = wait_for(lambda: job_pods_running(local_cluster, namespace), timeout=120,
-                    what="all four demo pods to run")
+    pods = wait_for(
+        lambda: job_pods_running(local_cluster, namespace),
+        timeout=120,
+        what="all four demo pods to run",
+    )
     addresses = {pod["metadata"]["name"]: pod["status"]["podIP"] for pod in pods}
     assert len(set(addresses.values())) == 4
     for name, address in addresses.items():
-        code, status = wait_for(lambda a=address: _try_status(a, token), timeout=20,
-                                what=f"the agent of {name}")
+        code, status = wait_for(
+            lambda a=address: _try_status(a, token), timeout=20, what=f"the agent of {name}"
+        )
         assert code == 200 and status["pod"] == name and status["namespace"] == namespace
         assert _agent_status(address, None)[0] == 401
 
-    assert wait_for_job(local_cluster, namespace, "Succeeded", "Failed", timeout=180) == \
-        "Succeeded"
+    assert wait_for_job(local_cluster, namespace, "Succeeded", "Failed", timeout=180) == "Succeeded"
     log = (pod_runner / "pods" / namespace / "ddp-demo-master-0" / "pytorch.log").read_text()
     assert "done: 150 steps on 4 ranks" in log
 

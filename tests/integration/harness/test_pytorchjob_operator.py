@@ -25,38 +25,59 @@ def _replica(port: int) -> dict:
     return {
         "replicas": 1,
         "restartPolicy": "Never",
-        "template": {"spec": {
-            "containers": [{
-                "name": "pytorch",
-                "image": "pytorch/pytorch:2.5.1-cpu",
-                "command": ["python", "/workspace/train_ddp.py", "--steps", "20",
-                            "--decode-ms", "0"],
-                "ports": [{"name": "pytorchjob-port", "containerPort": port}],
-                "volumeMounts": [{"name": "code", "mountPath": "/workspace"}],
-            }],
-            "volumes": [{"name": "code", "configMap": {"name": "trainer"}}],
-        }},
+        "template": {
+            "spec": {
+                "containers": [
+                    {
+                        "name": "pytorch",
+                        "image": "pytorch/pytorch:2.5.1-cpu",
+                        "command": [
+                            "python",
+                            "/workspace/train_ddp.py",
+                            "--steps",
+                            "20",
+                            "--decode-ms",
+                            "0",
+                        ],
+                        "ports": [{"name": "pytorchjob-port", "containerPort": port}],
+                        "volumeMounts": [{"name": "code", "mountPath": "/workspace"}],
+                    }
+                ],
+                "volumes": [{"name": "code", "configMap": {"name": "trainer"}}],
+            }
+        },
     }
 
 
-def test_a_two_rank_pytorchjob_succeeds(local_cluster, namespace, apply, training_operator,
-                                        pod_runner):
+def test_a_two_rank_pytorchjob_succeeds(
+    local_cluster, namespace, apply, training_operator, pod_runner
+):
     port = _free_port()
     apply(
-        {"apiVersion": "v1", "kind": "ConfigMap",
-         "metadata": {"name": "trainer", "namespace": namespace},
-         "data": {"train_ddp.py": TRAINER.read_text()}},
-        {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
-         "metadata": {"name": "tiny", "namespace": namespace},
-         "spec": {"pytorchReplicaSpecs": {"Master": _replica(port), "Worker": _replica(port)}}},
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "trainer", "namespace": namespace},
+            "data": {"train_ddp.py": TRAINER.read_text()},
+        },
+        {
+            "apiVersion": "kubeflow.org/v1",
+            "kind": "PyTorchJob",
+            "metadata": {"name": "tiny", "namespace": namespace},
+            "spec": {"pytorchReplicaSpecs": {"Master": _replica(port), "Worker": _replica(port)}},
+        },
     )
 
     def job_finished():
         job = get_json(local_cluster, "pytorchjob", "tiny", "-n", namespace)
-        conditions = {c["type"]: c["status"] for c in (job or {}).get("status", {})
-                      .get("conditions", [])}
-        return job if conditions.get("Succeeded") == "True" or \
-            conditions.get("Failed") == "True" else None
+        conditions = {
+            c["type"]: c["status"] for c in (job or {}).get("status", {}).get("conditions", [])
+        }
+        return (
+            job
+            if conditions.get("Succeeded") == "True" or conditions.get("Failed") == "True"
+            else None
+        )
 
     job = wait_for(job_finished, timeout=180, what="PyTorchJob tiny to finish")
     conditions = {c["type"]: c["status"] for c in job["status"]["conditions"]}

@@ -26,13 +26,22 @@ def test_rbac_denies_a_service_account_without_grants(local_cluster):
     local_cluster.kubectl("create", "namespace", "rbac-probe")
     local_cluster.kubectl("create", "serviceaccount", "nobody", "-n", "rbac-probe")
     as_nobody = "--as=system:serviceaccount:rbac-probe:nobody"
-    denied = local_cluster.kubectl("auth", "can-i", "list", "pods", "-n", "rbac-probe",
-                                   as_nobody, check=False)
+    denied = local_cluster.kubectl(
+        "auth", "can-i", "list", "pods", "-n", "rbac-probe", as_nobody, check=False
+    )
     assert denied.stdout.strip() == "no"
-    local_cluster.kubectl("create", "rolebinding", "view", "--clusterrole=view",
-                          "--serviceaccount=rbac-probe:nobody", "-n", "rbac-probe")
-    allowed = local_cluster.kubectl("auth", "can-i", "list", "pods", "-n", "rbac-probe",
-                                    as_nobody, check=False)
+    local_cluster.kubectl(
+        "create",
+        "rolebinding",
+        "view",
+        "--clusterrole=view",
+        "--serviceaccount=rbac-probe:nobody",
+        "-n",
+        "rbac-probe",
+    )
+    allowed = local_cluster.kubectl(
+        "auth", "can-i", "list", "pods", "-n", "rbac-probe", as_nobody, check=False
+    )
     assert allowed.stdout.strip() == "yes"
 
 
@@ -48,18 +57,39 @@ def _wait_for(condition, timeout: float = 60.0, what: str = "condition"):
 
 def test_controller_manager_creates_accounts_and_tokens(local_cluster):
     local_cluster.kubectl("create", "namespace", "token-probe")
-    _wait_for(lambda: local_cluster.kubectl("get", "serviceaccount", "default", "-n",
-                                            "token-probe", check=False).returncode == 0,
-              what="the default ServiceAccount (serviceaccount controller)")
-    local_cluster.kubectl("apply", "-f", "-", input=json.dumps({
-        "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/service-account-token",
-        "metadata": {"name": "legacy-token", "namespace": "token-probe",
-                     "annotations": {"kubernetes.io/service-account.name": "default"}},
-    }))
+    _wait_for(
+        lambda: (
+            local_cluster.kubectl(
+                "get", "serviceaccount", "default", "-n", "token-probe", check=False
+            ).returncode
+            == 0
+        ),
+        what="the default ServiceAccount (serviceaccount controller)",
+    )
+    local_cluster.kubectl(
+        "apply",
+        "-f",
+        "-",
+        input=json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "type": "kubernetes.io/service-account-token",
+                "metadata": {
+                    "name": "legacy-token",
+                    "namespace": "token-probe",
+                    "annotations": {"kubernetes.io/service-account.name": "default"},
+                },
+            }
+        ),
+    )
 
     def token() -> str:
-        secret = json.loads(local_cluster.kubectl(
-            "get", "secret", "legacy-token", "-n", "token-probe", "-o", "json").stdout)
+        secret = json.loads(
+            local_cluster.kubectl(
+                "get", "secret", "legacy-token", "-n", "token-probe", "-o", "json"
+            ).stdout
+        )
         return secret.get("data", {}).get("token", "")
 
     assert _wait_for(token, what="the token controller to fill the Secret")
@@ -68,18 +98,42 @@ def test_controller_manager_creates_accounts_and_tokens(local_cluster):
 def test_garbage_collector_deletes_dependents(local_cluster):
     local_cluster.kubectl("create", "namespace", "gc-probe")
     local_cluster.kubectl("create", "configmap", "owner", "-n", "gc-probe")
-    owner = json.loads(local_cluster.kubectl("get", "configmap", "owner", "-n", "gc-probe",
-                                             "-o", "json").stdout)
-    local_cluster.kubectl("apply", "-f", "-", input=json.dumps({
-        "apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": "dependent", "namespace": "gc-probe", "ownerReferences": [{
-            "apiVersion": "v1", "kind": "ConfigMap", "name": "owner",
-            "uid": owner["metadata"]["uid"]}]},
-    }))
+    owner = json.loads(
+        local_cluster.kubectl("get", "configmap", "owner", "-n", "gc-probe", "-o", "json").stdout
+    )
+    local_cluster.kubectl(
+        "apply",
+        "-f",
+        "-",
+        input=json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {
+                    "name": "dependent",
+                    "namespace": "gc-probe",
+                    "ownerReferences": [
+                        {
+                            "apiVersion": "v1",
+                            "kind": "ConfigMap",
+                            "name": "owner",
+                            "uid": owner["metadata"]["uid"],
+                        }
+                    ],
+                },
+            }
+        ),
+    )
     local_cluster.kubectl("delete", "configmap", "owner", "-n", "gc-probe")
-    _wait_for(lambda: local_cluster.kubectl("get", "configmap", "dependent", "-n", "gc-probe",
-                                            check=False).returncode != 0,
-              what="the garbage collector to delete the dependent")
+    _wait_for(
+        lambda: (
+            local_cluster.kubectl(
+                "get", "configmap", "dependent", "-n", "gc-probe", check=False
+            ).returncode
+            != 0
+        ),
+        what="the garbage collector to delete the dependent",
+    )
 
 
 def test_s3_refuses_a_wrong_secret_and_serves_a_signed_request(local_cluster):
@@ -101,8 +155,11 @@ def test_down_stops_every_process_it_started(tmp_path):
     assert all(pid_alive(pid) for pid in pids.values())
 
     # `down` runs in another process and finds the instance from its state file.
-    subprocess.run([sys.executable, "-m", "stepscope_dev.cli", "--instance",
-                    str(cluster.root), "down"], check=True, timeout=120)
+    subprocess.run(
+        [sys.executable, "-m", "stepscope_dev.cli", "--instance", str(cluster.root), "down"],
+        check=True,
+        timeout=120,
+    )
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and any(pid_alive(pid) for pid in pids.values()):
         time.sleep(0.1)
@@ -114,6 +171,10 @@ def test_down_stops_every_process_it_started(tmp_path):
 def test_env_prints_what_to_export(local_cluster):
     printed = subprocess.run(
         [sys.executable, "-m", "stepscope_dev.cli", "--instance", str(local_cluster.root), "env"],
-        check=True, capture_output=True, text=True, timeout=60).stdout
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout
     assert f"export KUBECONFIG={local_cluster.kubeconfig}" in printed
     assert f"export STEPSCOPE_S3_ENDPOINT={local_cluster.s3_endpoint}" in printed

@@ -32,8 +32,9 @@ def namespace(local_cluster) -> Iterator[str]:
 
 @pytest.fixture
 def operator_process(local_cluster, session_crds, tmp_path) -> Iterator[OperatorProcess]:
-    process = OperatorProcess(operator_env(local_cluster), tmp_path / "operator.log",
-                              die_with_parent=True)
+    process = OperatorProcess(
+        operator_env(local_cluster), tmp_path / "operator.log", die_with_parent=True
+    )
     process.start()
     yield process
     process.stop()

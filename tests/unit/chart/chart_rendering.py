@@ -42,13 +42,28 @@ def values_args(values: dict[str, Any] | None, tmp_dir: Path) -> list[str]:
 
 
 def helm_template_text(
-    values: dict[str, Any] | None, tmp_dir: Path, *, namespace: str = NAMESPACE,
+    values: dict[str, Any] | None,
+    tmp_dir: Path,
+    *,
+    namespace: str = NAMESPACE,
     check: bool = True,
 ) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [str(helm_binary()), "template", RELEASE, str(CHART_DIR), "--namespace", namespace,
-         "--kube-version", KUBE_VERSION, *values_args(values, tmp_dir)],
-        capture_output=True, text=True, timeout=120, check=check,
+        [
+            str(helm_binary()),
+            "template",
+            RELEASE,
+            str(CHART_DIR),
+            "--namespace",
+            namespace,
+            "--kube-version",
+            KUBE_VERSION,
+            *values_args(values, tmp_dir),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=check,
     )
 
 

@@ -36,11 +36,19 @@ def test_probes_use_the_kopf_liveness_endpoint(tmp_path):
 
 
 def test_every_setting_the_chart_passes_is_one_the_operator_reads(tmp_path):
-    _, container = operator_container(render({
-        "operator": {"watchNamespace": "team-a"},
-        "s3": {"endpoint": "http://s3:9000", "agentEndpoint": "http://s3.x:9000",
-               "credentialsSecret": {"name": "s3-keys"}},
-    }, tmp_path))
+    _, container = operator_container(
+        render(
+            {
+                "operator": {"watchNamespace": "team-a"},
+                "s3": {
+                    "endpoint": "http://s3:9000",
+                    "agentEndpoint": "http://s3.x:9000",
+                    "credentialsSecret": {"name": "s3-keys"},
+                },
+            },
+            tmp_path,
+        )
+    )
     known = set(OPERATOR_ENV.values()) | set(WEBHOOK_ENV.values())
     passed = {e["name"] for e in container["env"]}
     assert passed - known == set(), f"the operator reads no such settings: {passed - known}"
@@ -52,8 +60,9 @@ def test_no_credentials_by_default_and_only_secret_references_when_asked(tmp_pat
     names = {e["name"] for e in container["env"]}
     assert not names & {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}
 
-    _, container = operator_container(render({"s3": {"credentialsSecret": {"name": "keys"}}},
-                                             tmp_path))
+    _, container = operator_container(
+        render({"s3": {"credentialsSecret": {"name": "keys"}}}, tmp_path)
+    )
     env = {e["name"]: e for e in container["env"]}
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
         assert "value" not in env[name]
@@ -82,9 +91,12 @@ def test_an_existing_token_secret_replaces_the_generated_one(tmp_path):
 
 def test_images_are_pinned_by_digest_when_given(tmp_path):
     digest = "sha256:" + "a" * 64
-    _, container = operator_container(render({
-        "operator": {"image": {"digest": digest}}, "agent": {"image": {"tag": "9.9.9"}}},
-        tmp_path))
+    _, container = operator_container(
+        render(
+            {"operator": {"image": {"digest": digest}}, "agent": {"image": {"tag": "9.9.9"}}},
+            tmp_path,
+        )
+    )
     assert container["image"] == f"ghcr.io/stepscope/stepscope-operator@{digest}"
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["STEPSCOPE_AGENT_IMAGE"] == "ghcr.io/stepscope/stepscope-agent:9.9.9"
@@ -105,7 +117,9 @@ def test_two_replicas_are_refused_with_the_reason(tmp_path):
 def test_crds_are_kept_on_uninstall_and_optional(tmp_path):
     crds = by_kind(render(None, tmp_path), "CustomResourceDefinition")
     assert sorted(c["metadata"]["name"] for c in crds) == [
-        "profileschedules.stepscope.dev", "profilesessions.stepscope.dev"]
+        "profileschedules.stepscope.dev",
+        "profilesessions.stepscope.dev",
+    ]
     for crd in crds:
         assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
     assert by_kind(render({"crds": {"install": False}}, tmp_path), "CustomResourceDefinition") == []

@@ -41,9 +41,9 @@ def test_every_binding_binds_only_the_charts_service_account(tmp_path):
     role_names = {r["metadata"]["name"] for r in by_kind(objects, "ClusterRole")}
     assert bindings
     for binding in bindings:
-        assert binding["subjects"] == [{"kind": "ServiceAccount",
-                                         "name": account["metadata"]["name"],
-                                         "namespace": NAMESPACE}]
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": NAMESPACE}
+        ]
         assert binding["roleRef"]["name"] in role_names
 
 

@@ -19,8 +19,10 @@ def tls_secret(objects):
 def sans(cert_pem):
     cert = x509.load_pem_x509_certificate(cert_pem)
     names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-    return (set(names.get_values_for_type(x509.DNSName)),
-            {str(ip) for ip in names.get_values_for_type(x509.IPAddress)})
+    return (
+        set(names.get_values_for_type(x509.DNSName)),
+        {str(ip) for ip in names.get_values_for_type(x509.IPAddress)},
+    )
 
 
 def test_webhooks_route_to_the_kopf_handler_ids_and_fail_open(tmp_path):
@@ -30,11 +32,20 @@ def test_webhooks_route_to_the_kopf_handler_ids_and_fail_open(tmp_path):
     for webhook in config["webhooks"]:
         assert webhook["failurePolicy"] == "Ignore"
         assert webhook["sideEffects"] == "None"
-        assert webhook["rules"] == [{"apiGroups": [""], "apiVersions": ["v1"],
-                                     "operations": ["CREATE"], "resources": ["pods"],
-                                     "scope": "Namespaced"}]
-        excluded = [e for e in webhook["namespaceSelector"]["matchExpressions"]
-                    if e["key"] == "kubernetes.io/metadata.name"]
+        assert webhook["rules"] == [
+            {
+                "apiGroups": [""],
+                "apiVersions": ["v1"],
+                "operations": ["CREATE"],
+                "resources": ["pods"],
+                "scope": "Namespaced",
+            }
+        ]
+        excluded = [
+            e
+            for e in webhook["namespaceSelector"]["matchExpressions"]
+            if e["key"] == "kubernetes.io/metadata.name"
+        ]
         assert excluded[0]["operator"] == "NotIn"
         assert NAMESPACE in excluded[0]["values"], "the operator must never inject itself"
 
@@ -44,13 +55,16 @@ def test_selectors_split_pod_and_namespace_opt_in_without_overlap(tmp_path):
     hooks = {w["clientConfig"]["service"]["path"].lstrip("/"): w for w in config["webhooks"]}
     by_pod = hooks[POD_LABEL_WEBHOOK]
     assert by_pod["objectSelector"] == {"matchLabels": {INJECT_LABEL: "true"}}
-    assert {"key": INJECT_LABEL, "operator": "NotIn", "values": ["true"]} in \
-        by_pod["namespaceSelector"]["matchExpressions"]
+    assert {"key": INJECT_LABEL, "operator": "NotIn", "values": ["true"]} in by_pod[
+        "namespaceSelector"
+    ]["matchExpressions"]
     by_namespace = hooks[NAMESPACE_LABEL_WEBHOOK]
-    assert {"key": INJECT_LABEL, "operator": "In", "values": ["true"]} in \
-        by_namespace["namespaceSelector"]["matchExpressions"]
+    assert {"key": INJECT_LABEL, "operator": "In", "values": ["true"]} in by_namespace[
+        "namespaceSelector"
+    ]["matchExpressions"]
     assert by_namespace["objectSelector"]["matchExpressions"] == [
-        {"key": INJECT_LABEL, "operator": "NotIn", "values": ["false"]}]
+        {"key": INJECT_LABEL, "operator": "NotIn", "values": ["false"]}
+    ]
 
 
 def test_service_mode_certificate_covers_the_service_and_is_signed_by_the_ca_bundle(tmp_path):
@@ -72,8 +86,12 @@ def test_url_mode_calls_the_url_and_puts_its_ip_into_the_certificate(tmp_path):
     assert by_kind(objects, "Service") == []
     config = one(objects, "MutatingWebhookConfiguration")
     urls = sorted(w["clientConfig"]["url"] for w in config["webhooks"])
-    assert urls == sorted([f"https://127.0.0.1:18443/{POD_LABEL_WEBHOOK}",
-                           f"https://127.0.0.1:18443/{NAMESPACE_LABEL_WEBHOOK}"])
+    assert urls == sorted(
+        [
+            f"https://127.0.0.1:18443/{POD_LABEL_WEBHOOK}",
+            f"https://127.0.0.1:18443/{NAMESPACE_LABEL_WEBHOOK}",
+        ]
+    )
     _, ips = sans(tls_secret(objects)["tls.crt"])
     assert ipaddress.ip_address("127.0.0.1") in {ipaddress.ip_address(i) for i in ips}
 
@@ -94,6 +112,7 @@ def test_disabled_webhook_renders_no_configuration_and_no_tls(tmp_path):
 
 @pytest.mark.parametrize("policy", ["Ignore", "Fail"])
 def test_failure_policy_is_a_value(tmp_path, policy):
-    config = one(render({"webhook": {"failurePolicy": policy}}, tmp_path),
-                 "MutatingWebhookConfiguration")
+    config = one(
+        render({"webhook": {"failurePolicy": policy}}, tmp_path), "MutatingWebhookConfiguration"
+    )
     assert {w["failurePolicy"] for w in config["webhooks"]} == {policy}

@@ -9,15 +9,21 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
-DOCKERFILES = {"operator": REPO_ROOT / "operator" / "Dockerfile",
-               "agent": REPO_ROOT / "agent_image" / "Dockerfile"}
+DOCKERFILES = {
+    "operator": REPO_ROOT / "operator" / "Dockerfile",
+    "agent": REPO_ROOT / "agent_image" / "Dockerfile",
+}
 HADOLINT = Path(sysconfig.get_path("scripts")) / "hadolint"
 
 
 def hadolint(path: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([str(HADOLINT), "--no-color", str(path)], check=False,
-                          capture_output=True,
-                          text=True, timeout=60)
+    return subprocess.run(
+        [str(HADOLINT), "--no-color", str(path)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 @pytest.mark.parametrize("image", sorted(DOCKERFILES))
@@ -49,8 +55,11 @@ def test_runs_as_a_numeric_non_root_user(image):
 
 
 def copied_sources(text):
-    return [line.split()[1] for line in text.splitlines()
-            if line.startswith("COPY ") and not line.startswith("COPY --from")]
+    return [
+        line.split()[1]
+        for line in text.splitlines()
+        if line.startswith("COPY ") and not line.startswith("COPY --from")
+    ]
 
 
 def test_operator_image_has_the_operator_extra_and_nothing_of_the_agent():

@@ -22,9 +22,16 @@ from stepscope_operator import handlers  # noqa: F401  (registers the operator's
 from stepscope_operator.permissions import REQUIRED_PERMISSIONS, required_grants
 
 PACKAGE_DIR = Path(stepscope_operator.__file__).parent
-VERB_PREFIXES = {"read": "get", "get": "get", "list": "list", "create": "create",
-                 "patch": "patch", "replace": "update", "delete_collection": "deletecollection",
-                 "delete": "delete"}
+VERB_PREFIXES = {
+    "read": "get",
+    "get": "get",
+    "list": "list",
+    "create": "create",
+    "patch": "patch",
+    "replace": "update",
+    "delete_collection": "deletecollection",
+    "delete": "delete",
+}
 CUSTOM_OBJECT = "custom_object"
 
 
@@ -33,8 +40,9 @@ def client_methods() -> set[str]:
     methods = set()
     for name, cls in inspect.getmembers(kubernetes.client, inspect.isclass):
         if name.endswith("Api") and name != "ApiClient":
-            methods |= {m for m in vars(cls) if not m.startswith("_") and
-                        not m.endswith("_with_http_info")}
+            methods |= {
+                m for m in vars(cls) if not m.startswith("_") and not m.endswith("_with_http_info")
+            }
     return methods
 
 
@@ -55,7 +63,7 @@ def permission_of(method: str) -> tuple[str, str, bool]:
     CustomObjectsApi, whose resource is an argument."""
     for prefix, verb in VERB_PREFIXES.items():
         if method.startswith(prefix + "_"):
-            rest = method[len(prefix) + 1:]
+            rest = method[len(prefix) + 1 :]
             break
     else:
         raise AssertionError(f"no verb for client method {method}")
@@ -95,8 +103,10 @@ def test_direct_client_calls_are_covered():
     for method, module in calls.items():
         verb, resource, is_status = permission_of(method)
         if resource == CUSTOM_OBJECT:
-            covered = any(group and (res.endswith("/status") == is_status) and v == verb
-                          for group, res, v in declared)
+            covered = any(
+                group and (res.endswith("/status") == is_status) and v == verb
+                for group, res, v in declared
+            )
         else:
             full = f"{resource}/status" if is_status else resource
             covered = ("", full, verb) in declared
@@ -106,12 +116,12 @@ def test_direct_client_calls_are_covered():
 
 
 def operator_source() -> str:
-    return "\n".join(p.read_text() for p in PACKAGE_DIR.glob("*.py")
-                     if p.name != "permissions.py")
+    return "\n".join(p.read_text() for p in PACKAGE_DIR.glob("*.py") if p.name != "permissions.py")
 
 
-@pytest.mark.parametrize("permission", REQUIRED_PERMISSIONS,
-                         ids=lambda p: f"{p.api_group or 'core'}/{p.resource}")
+@pytest.mark.parametrize(
+    "permission", REQUIRED_PERMISSIONS, ids=lambda p: f"{p.api_group or 'core'}/{p.resource}"
+)
 def test_every_declared_permission_is_used(permission):
     base = permission.resource.split("/")[0]
     kopf_resources = {plural for _, plural, _ in kopf_needs()}
@@ -121,19 +131,19 @@ def test_every_declared_permission_is_used(permission):
         assert "scanning.disabled = True" not in operator_source()
     elif permission.api_group:
         assert base in kopf_resources or f'"{base}"' in operator_source(), (
-            f"nothing in stepscope_operator uses {permission.api_group}/{base}")
+            f"nothing in stepscope_operator uses {permission.api_group}/{base}"
+        )
     else:
         used = {(verb, res) for verb, res, _ in direct}
         assert all((verb, base) in used for verb in permission.verbs), (
-            f"declared {permission.verbs} on {base}, the code uses {sorted(used)}")
+            f"declared {permission.verbs} on {base}, the code uses {sorted(used)}"
+        )
 
 
 def test_the_method_reader_understands_client_names():
     assert permission_of("list_namespaced_pod") == ("list", "pods", False)
     assert permission_of("create_namespaced_event") == ("create", "events", False)
     assert permission_of("read_namespaced_config_map") == ("get", "configmaps", False)
-    assert permission_of("patch_namespaced_custom_object_status") == (
-        "patch", CUSTOM_OBJECT, True)
+    assert permission_of("patch_namespaced_custom_object_status") == ("patch", CUSTOM_OBJECT, True)
     assert permission_of("list_cluster_custom_object") == ("list", CUSTOM_OBJECT, False)
-    assert permission_of("delete_collection_namespaced_pod") == ("deletecollection", "pods",
-                                                                 False)
+    assert permission_of("delete_collection_namespaced_pod") == ("deletecollection", "pods", False)

@@ -33,8 +33,10 @@ def test_the_job_has_four_ranks_with_the_trainer_script():
 def test_the_agent_is_declared_as_the_webhook_injects_it():
     spec = _job()["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
     volumes = {v["name"]: v for v in spec["volumes"]}
-    assert volumes[contract.SHARED_VOLUME_NAME] == {"name": contract.SHARED_VOLUME_NAME,
-                                                    "emptyDir": {}}
+    assert volumes[contract.SHARED_VOLUME_NAME] == {
+        "name": contract.SHARED_VOLUME_NAME,
+        "emptyDir": {},
+    }
     installer, agent = spec["initContainers"]
     assert installer["name"] == contract.HOOK_INSTALL_CONTAINER_NAME
     assert installer["command"] == [*contract.HOOK_INSTALL_COMMAND, contract.HOOK_DIR]
@@ -44,13 +46,16 @@ def test_the_agent_is_declared_as_the_webhook_injects_it():
     agent_env = _env(agent)
     assert agent_env[contract.ENV_AGENT_DIR] == contract.SHARED_MOUNT_PATH
     assert agent_env[contract.ENV_AGENT_TOKEN] == {
-        "secretKeyRef": {"name": "stepscope-agent-token", "key": "token"}}
+        "secretKeyRef": {"name": "stepscope-agent-token", "key": "token"}
+    }
     trainer = spec["containers"][0]
     assert _env(trainer)["PYTHONPATH"] == contract.HOOK_DIR
     assert _env(trainer)[contract.ENV_AGENT_DIR] == contract.SHARED_MOUNT_PATH
     for container in (installer, agent, trainer):
-        assert {"name": contract.SHARED_VOLUME_NAME, "mountPath": contract.SHARED_MOUNT_PATH} \
-            in container["volumeMounts"]
+        assert {
+            "name": contract.SHARED_VOLUME_NAME,
+            "mountPath": contract.SHARED_MOUNT_PATH,
+        } in container["volumeMounts"]
 
 
 def test_the_pod_runner_finds_the_agent_images_hook_in_the_repository():

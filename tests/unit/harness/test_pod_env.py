@@ -39,8 +39,12 @@ class Objects:
 
 
 POD = {
-    "metadata": {"name": "job-worker-0", "namespace": "team-a", "uid": "u-1",
-                 "labels": {"training.kubeflow.org/replica-index": "0"}},
+    "metadata": {
+        "name": "job-worker-0",
+        "namespace": "team-a",
+        "uid": "u-1",
+        "labels": {"training.kubeflow.org/replica-index": "0"},
+    },
     "spec": {"nodeName": "stepscope-local-0", "serviceAccountName": "default"},
     "status": {"podIP": "127.0.0.7", "podIPs": [{"ip": "127.0.0.7"}], "hostIP": "127.0.0.1"},
 }
@@ -71,31 +75,43 @@ def test_env_resolves_every_source_in_order():
         "env": [
             {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
             {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "token", "key": "value"}}},
-            {"name": "OPTIONAL", "valueFrom": {
-                "configMapKeyRef": {"name": "absent", "key": "x", "optional": True}}},
+            {
+                "name": "OPTIONAL",
+                "valueFrom": {"configMapKeyRef": {"name": "absent", "key": "x", "optional": True}},
+            },
             {"name": "URL", "value": "http://$(POD_IP):9464/$(CFG_MODE)"},
         ],
     }
     env = container_env(POD, container, objects)
-    assert env == {"CFG_MODE": "fast", "CFG_LEVEL": "2", "POD_IP": "127.0.0.7",
-                   "TOKEN": "s3cret", "URL": "http://127.0.0.7:9464/fast"}
+    assert env == {
+        "CFG_MODE": "fast",
+        "CFG_LEVEL": "2",
+        "POD_IP": "127.0.0.7",
+        "TOKEN": "s3cret",
+        "URL": "http://127.0.0.7:9464/fast",
+    }
 
 
 def test_a_missing_required_secret_waits():
-    container = {"name": "c", "env": [
-        {"name": "T", "valueFrom": {"secretKeyRef": {"name": "later", "key": "k"}}}]}
+    container = {
+        "name": "c",
+        "env": [{"name": "T", "valueFrom": {"secretKeyRef": {"name": "later", "key": "k"}}}],
+    }
     with pytest.raises(NotReadyYet, match="team-a/later"):
         container_env(POD, container, Objects())
 
 
-@pytest.mark.parametrize(("value", "expected"), [
-    ("job-master-0", ("job-master-0", "team-a")),
-    ("job-master-0.other", ("job-master-0", "other")),
-    ("job-master-0.other.svc.cluster.local", ("job-master-0", "other")),
-    ("127.0.0.3", None),
-    ("localhost", None),
-    ("example.com.au.x", None),
-])
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("job-master-0", ("job-master-0", "team-a")),
+        ("job-master-0.other", ("job-master-0", "other")),
+        ("job-master-0.other.svc.cluster.local", ("job-master-0", "other")),
+        ("127.0.0.3", None),
+        ("localhost", None),
+        ("example.com.au.x", None),
+    ],
+)
 def test_service_host_names_are_recognised(value, expected):
     assert parse_service_host(value, "team-a") == expected
 
@@ -104,18 +120,25 @@ def test_master_addr_becomes_the_master_pod_address():
     env = {"MASTER_ADDR": "job-master-0", "OTHER": "job-master-0"}
     objects = Objects(services={("team-a", "job-master-0"): "127.0.0.2"})
     assert resolve_service_addresses(env, "team-a", objects) == {
-        "MASTER_ADDR": "127.0.0.2", "OTHER": "job-master-0"}
+        "MASTER_ADDR": "127.0.0.2",
+        "OTHER": "job-master-0",
+    }
     with pytest.raises(NotReadyYet, match="job-master-0"):
         resolve_service_addresses(env, "team-a", Objects())
 
 
 def test_mount_paths_are_rewritten_where_they_start_a_path():
-    mounts = {"/var/run/stepscope": Path("/data/p/volumes/shared"),
-              "/var/run/stepscope/hook": Path("/data/p/volumes/hook")}
-    assert rewrite_mount_paths("/var/run/stepscope/hook:/app", mounts) == \
-        "/data/p/volumes/hook:/app"
-    assert rewrite_mount_paths("--dir=/var/run/stepscope/traces", mounts) == \
-        "--dir=/data/p/volumes/shared/traces"
+    mounts = {
+        "/var/run/stepscope": Path("/data/p/volumes/shared"),
+        "/var/run/stepscope/hook": Path("/data/p/volumes/hook"),
+    }
+    assert (
+        rewrite_mount_paths("/var/run/stepscope/hook:/app", mounts) == "/data/p/volumes/hook:/app"
+    )
+    assert (
+        rewrite_mount_paths("--dir=/var/run/stepscope/traces", mounts)
+        == "--dir=/data/p/volumes/shared/traces"
+    )
     assert rewrite_mount_paths("/var/run/stepscopeX", mounts) == "/var/run/stepscopeX"
     assert rewrite_mount_paths("x/var/run/stepscope", mounts) == "x/var/run/stepscope"
 
@@ -123,8 +146,10 @@ def test_mount_paths_are_rewritten_where_they_start_a_path():
 def test_python_runs_this_interpreter_and_commands_are_required():
     assert resolve_executable("python3", "/usr/bin") == sys.executable
     assert resolve_executable("sh", "/usr/bin:/bin").endswith("/sh")
-    assert process_argv({"name": "c", "command": ["python"], "args": ["$(X)"]}, {"X": "1"}) == \
-        ["python", "1"]
+    assert process_argv({"name": "c", "command": ["python"], "args": ["$(X)"]}, {"X": "1"}) == [
+        "python",
+        "1",
+    ]
     with pytest.raises(PodSpecError, match="command"):
         process_argv({"name": "c", "args": ["x"]}, {})
     with pytest.raises(PodSpecError, match="not on PATH"):

@@ -19,8 +19,9 @@ from stepscope_operator.injection import (
     build_injection_patch,
 )
 
-SETTINGS = InjectionSettings(agent_image="registry.example/stepscope-agent:0.1.0",
-                             agent_token="t" * 64)
+SETTINGS = InjectionSettings(
+    agent_image="registry.example/stepscope-agent:0.1.0", agent_token="t" * 64
+)
 
 
 def pytorchjob_pod(labels=None, **spec_extra):
@@ -34,13 +35,15 @@ def pytorchjob_pod(labels=None, **spec_extra):
             "labels": {"training.kubeflow.org/job-name": "llama-ft", **(labels or {})},
         },
         "spec": {
-            "containers": [{
-                "name": "pytorch",
-                "image": "trainer:1",
-                "command": ["torchrun", "--nproc-per-node=2", "train.py"],
-                "args": ["--epochs", "3"],
-                "env": [{"name": "RANK", "value": "0"}],
-            }],
+            "containers": [
+                {
+                    "name": "pytorch",
+                    "image": "trainer:1",
+                    "command": ["torchrun", "--nproc-per-node=2", "train.py"],
+                    "args": ["--epochs", "3"],
+                    "env": [{"name": "RANK", "value": "0"}],
+                }
+            ],
             "restartPolicy": "OnFailure",
             **spec_extra,
         },
@@ -80,8 +83,12 @@ def test_pod_label_opt_in_adds_sidecar_hook_and_env_and_keeps_the_command():
     assert env_of(trainer)["RANK"] == {"name": "RANK", "value": "0"}
     assert [m["name"] for m in trainer["volumeMounts"]] == [SHARED_VOLUME_NAME]
     # Nothing outside labels, volumes, init containers and the trainer's env/mounts changes.
-    assert {op["path"].split("/")[2] for op in ops} <= {"labels", "volumes", "initContainers",
-                                                        "containers"}
+    assert {op["path"].split("/")[2] for op in ops} <= {
+        "labels",
+        "volumes",
+        "initContainers",
+        "containers",
+    }
 
 
 def test_second_pass_is_a_no_op():
@@ -95,12 +102,15 @@ def test_a_sidecar_added_by_hand_is_left_alone():
     assert build_injection_patch(pod, {}, SETTINGS) == []
 
 
-@pytest.mark.parametrize(("pod_labels", "namespace_labels"), [
-    ({}, {}),
-    ({INJECT_LABEL: "false"}, {INJECT_LABEL: "true"}),
-    ({INJECT_LABEL: "yes"}, {}),
-    ({}, {INJECT_LABEL: "false"}),
-])
+@pytest.mark.parametrize(
+    ("pod_labels", "namespace_labels"),
+    [
+        ({}, {}),
+        ({INJECT_LABEL: "false"}, {INJECT_LABEL: "true"}),
+        ({INJECT_LABEL: "yes"}, {}),
+        ({}, {INJECT_LABEL: "false"}),
+    ],
+)
 def test_pods_that_did_not_opt_in_are_never_changed(pod_labels, namespace_labels):
     assert build_injection_patch(pytorchjob_pod(pod_labels), namespace_labels, SETTINGS) == []
 
@@ -135,20 +145,27 @@ def test_pythonpath_from_a_configmap_is_referenced_not_lost():
 
 
 def test_pod_without_labels_env_or_lists_gets_them_created():
-    pod = {"metadata": {"namespace": "team-a"},
-           "spec": {"containers": [{"name": "main", "image": "trainer:1"}]}}
+    pod = {
+        "metadata": {"namespace": "team-a"},
+        "spec": {"containers": [{"name": "main", "image": "trainer:1"}]},
+    }
     _, mutated = inject(pod, {INJECT_LABEL: "true"})
     assert mutated["metadata"]["labels"] == {INJECTED_LABEL: "injected"}
     assert env_of(mutated["spec"]["containers"][0])["PYTHONPATH"]["value"] == HOOK_DIR
 
 
 def test_user_init_containers_and_volumes_are_kept_first():
-    pod = pytorchjob_pod({INJECT_LABEL: "true"},
-                         initContainers=[{"name": "fetch-data", "image": "busybox"}],
-                         volumes=[{"name": "data", "emptyDir": {}}])
+    pod = pytorchjob_pod(
+        {INJECT_LABEL: "true"},
+        initContainers=[{"name": "fetch-data", "image": "busybox"}],
+        volumes=[{"name": "data", "emptyDir": {}}],
+    )
     _, mutated = inject(pod)
     assert [c["name"] for c in mutated["spec"]["initContainers"]] == [
-        "fetch-data", HOOK_INSTALL_CONTAINER_NAME, AGENT_CONTAINER_NAME]
+        "fetch-data",
+        HOOK_INSTALL_CONTAINER_NAME,
+        AGENT_CONTAINER_NAME,
+    ]
     assert [v["name"] for v in mutated["spec"]["volumes"]] == ["data", SHARED_VOLUME_NAME]
 
 
@@ -196,11 +213,16 @@ def test_settings_reject_a_short_token():
 def test_sidecar_learns_its_pod_from_the_downward_api_and_listens_on_the_pod_ip():
     _, mutated = inject(pytorchjob_pod({INJECT_LABEL: "true"}))
     sidecar = mutated["spec"]["initContainers"][-1]
-    fields = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"]
-              for e in sidecar["env"] if "valueFrom" in e}
-    assert fields == {"STEPSCOPE_AGENT_HOST": "status.podIP",
-                      "STEPSCOPE_POD_NAME": "metadata.name",
-                      "STEPSCOPE_POD_NAMESPACE": "metadata.namespace",
-                      "STEPSCOPE_NODE_NAME": "spec.nodeName"}
+    fields = {
+        e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"]
+        for e in sidecar["env"]
+        if "valueFrom" in e
+    }
+    assert fields == {
+        "STEPSCOPE_AGENT_HOST": "status.podIP",
+        "STEPSCOPE_POD_NAME": "metadata.name",
+        "STEPSCOPE_POD_NAMESPACE": "metadata.namespace",
+        "STEPSCOPE_NODE_NAME": "spec.nodeName",
+    }
     assert sidecar["command"] == ["stepscope-agent"]
     assert sidecar["securityContext"]["runAsUser"] == 65532

@@ -23,20 +23,37 @@ LOGGER = logging.getLogger("test")
 
 
 def pod(labels=None, annotations=None, namespace="team-a"):
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": "p", "namespace": namespace, "labels": labels or {},
-                         "annotations": annotations or {}},
-            "spec": {"containers": [{"name": "pytorch", "image": "trainer:1",
-                                     "command": ["python", "train.py"]}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "p",
+            "namespace": namespace,
+            "labels": labels or {},
+            "annotations": annotations or {},
+        },
+        "spec": {
+            "containers": [
+                {"name": "pytorch", "image": "trainer:1", "command": ["python", "train.py"]}
+            ]
+        },
+    }
 
 
 def run_handler(raw, opted_in_namespace=False):
     body = kopf.Body(raw)
     patch = kopf.Patch(body=body)
     warnings = []
-    inject_agent(body=body, patch=patch, warnings=warnings, logger=LOGGER,
-                 webhook_settings=WEBHOOK, master_token="m" * 32, agent_port=9464,
-                 opted_in_namespace=opted_in_namespace)
+    inject_agent(
+        body=body,
+        patch=patch,
+        warnings=warnings,
+        logger=LOGGER,
+        webhook_settings=WEBHOOK,
+        master_token="m" * 32,
+        agent_port=9464,
+        opted_in_namespace=opted_in_namespace,
+    )
     return patch.as_json_patch(), warnings
 
 
@@ -83,9 +100,13 @@ def test_registration_adds_two_create_handlers_and_a_startup_that_serves_the_tls
 
 def test_settings_come_from_the_environment_and_default_to_disabled():
     assert not load_webhook_settings({}).enabled
-    loaded = load_webhook_settings({"STEPSCOPE_WEBHOOK_TLS_DIR": "/etc/tls",
-                                    "STEPSCOPE_WEBHOOK_PORT": "10443",
-                                    "STEPSCOPE_AGENT_IMAGE": "agent@sha256:" + "0" * 64})
+    loaded = load_webhook_settings(
+        {
+            "STEPSCOPE_WEBHOOK_TLS_DIR": "/etc/tls",
+            "STEPSCOPE_WEBHOOK_PORT": "10443",
+            "STEPSCOPE_AGENT_IMAGE": "agent@sha256:" + "0" * 64,
+        }
+    )
     assert loaded.enabled and loaded.port == 10443 and loaded.agent_image.startswith("agent@")
 
 
