@@ -18,7 +18,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from stepscope.api.agent import AgentStatus, CaptureRequest, CaptureState, RankStatus
+from stepscope.api.agent import (
+    AgentStatus,
+    CaptureRequest,
+    CaptureState,
+    CaptureStatus,
+    RankStatus,
+)
 from stepscope_agent import __version__, messages, settings
 from stepscope_agent.captures import Capture, CaptureBook
 from stepscope_agent.http_api import serve_http
@@ -98,6 +104,9 @@ class Agent:
                 if link.rank in capture.ranks:
                     self._send_arm(link, request)
         return capture, created
+
+    def capture_status(self, capture_id: str) -> CaptureStatus | None:
+        return self.book.status(capture_id)
 
     def cancel(self, capture_id: str) -> Capture | None:
         capture = self.book.cancel(capture_id)
