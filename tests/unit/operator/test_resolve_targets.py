@@ -9,35 +9,7 @@ from stepscope_operator.targets import (
     group_by_pod,
     resolve_targets,
 )
-
-
-def pod(
-    name,
-    labels=None,
-    env=None,
-    node="node-a",
-    phase="Running",
-    ip="127.0.0.2",
-    created="2026-01-01T00:00:00Z",
-    annotations=None,
-):
-    return {
-        "metadata": {
-            "name": name,
-            "namespace": "team-a",
-            "labels": labels or {},
-            "annotations": annotations or {},
-            "creationTimestamp": created,
-        },
-        "spec": {
-            "nodeName": node,
-            "containers": [
-                {"name": "stepscope-agent", "env": [{"name": "RANK", "value": "99"}]},
-                {"name": "pytorch", "env": env or []},
-            ],
-        },
-        "status": {"phase": phase, "podIP": ip},
-    }
+from target_pods import pod
 
 
 def ptj_pod(name, replica_type, index, **kw):
