@@ -118,9 +118,10 @@ class TargetSpec(ApiModel):
         ),
     )
 
-
     def ref_of(self, kind: TargetKind) -> Any:
         """The value of the spec.target field of `kind`: a name, or a label selector."""
+        # Each field is its kind in snake case (the wire name is camelCase by the alias
+        # generator); tests/unit/api checks that every field has its kind.
         return getattr(self, to_snake(kind.value))
 
     @property
@@ -270,18 +271,11 @@ class ProfileSession(ApiModel):
     status: ProfileSessionStatus | None = None
 
 
-# The word before the name in the Target column, per named-job kind.
-_TARGET_WORDS = {
-    TargetKind.PYTORCH_JOB: "pytorchjob",
-    TargetKind.TRAIN_JOB: "trainjob",
-    TargetKind.JOB_SET: "jobset",
-}
-
-
 def describe_target(target: TargetSpec) -> str:
-    """The target as one short word pair for the Target column, e.g. ``pytorchjob/llama-ft``."""
-    if target.kind in _TARGET_WORDS:
-        return f"{_TARGET_WORDS[target.kind]}/{target.ref_of(target.kind)}"
+    """The target as one short word pair for the Target column, e.g. ``pytorchjob/llama-ft``
+    (a named job is its kind in lower case, as ``kubectl get`` spells resources)."""
+    if target.kind is not TargetKind.POD_SELECTOR:
+        return f"{target.kind.value.lower()}/{target.ref_of(target.kind)}"
     selector = target.pod_selector
     assert selector is not None, "TargetSpec validation guarantees exactly one target"
     labels = [f"{key}={value}" for key, value in sorted(selector.match_labels.items())]

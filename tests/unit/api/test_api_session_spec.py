@@ -77,7 +77,11 @@ def test_good_retentions(retention: str) -> None:
 
 # Each bad spec, where pydantic reports it, and words the message must contain.
 BAD_SPECS = {
-    "no target": (spec(target={}), "target", "exactly one of pytorchJob, trainJob, jobSet or podSelector"),
+    "no target": (
+        spec(target={}),
+        "target",
+        "exactly one of pytorchJob, trainJob, jobSet or podSelector",
+    ),
     "two targets": (
         spec(target={"pytorchJob": "a", "trainJob": "b"}),
         "target",
