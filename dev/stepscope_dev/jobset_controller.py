@@ -162,7 +162,7 @@ def start_jobset_controller(cluster: Any, *, die_with_parent: bool = False) -> s
             cluster.logs_dir / f"{COMPONENT}.log",
             die_with_parent=die_with_parent,
         )
-        wait_until_serving(port, COMPONENT, process)
+        wait_until_serving(cluster, port, COMPONENT, process)
         register_webhooks(cluster, COMPONENT, port, WEBHOOKS)
         return process
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import json
 import socket
+import ssl
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,16 +94,23 @@ def webhook_configurations(
     return configurations
 
 
-def wait_until_serving(port: int, what: str, process: Any = None) -> None:
-    """Return once something accepts connections on 127.0.0.1:``port``; fail early if
-    ``process`` (a Popen) exits first."""
+def wait_until_serving(cluster: Any, port: int, what: str, process: Any = None) -> None:
+    """Return once 127.0.0.1:``port`` completes a TLS handshake as the API server will make it
+    (trusting only the instance CA, checking the address); fail early if ``process`` (a Popen)
+    exits first, and at once if the certificate is wrong, since waiting will not fix it."""
+    context = ssl.create_default_context(cafile=str(Path(cluster.root) / "pki" / "ca.crt"))
     deadline = time.monotonic() + READY_TIMEOUT_S
     while time.monotonic() < deadline:
         if process is not None and process.poll() is not None:
             raise RuntimeError(f"{what} exited with {process.returncode} before serving webhooks")
         try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1):
+            with (
+                socket.create_connection(("127.0.0.1", port), timeout=2) as connection,
+                context.wrap_socket(connection, server_hostname="127.0.0.1"),
+            ):
                 return
+        except ssl.SSLCertVerificationError:
+            raise
         except OSError:
             time.sleep(0.2)
     raise TimeoutError(f"{what} not serving webhooks on 127.0.0.1:{port} after {READY_TIMEOUT_S}s")

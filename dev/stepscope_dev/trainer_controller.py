@@ -122,7 +122,7 @@ def start_trainer_controller(cluster: Any, *, die_with_parent: bool = False) -> 
             cluster.logs_dir / f"{COMPONENT}.log",
             die_with_parent=die_with_parent,
         )
-        wait_until_serving(port, COMPONENT, process)
+        wait_until_serving(cluster, port, COMPONENT, process)
         register_webhooks(cluster, COMPONENT, port, WEBHOOKS)
         # Through the validating webhook just registered, as an upstream install applies it.
         cluster.kubectl(

@@ -57,7 +57,7 @@ def start_injecting_operator(cluster: Any, workdir: Path) -> OperatorProcess:
     )
     process = OperatorProcess(env, workdir / "operator.log", die_with_parent=True)
     process.start()
-    wait_until_serving(port, "the operator's injection webhook", process.proc)
+    wait_until_serving(cluster, port, "the operator's injection webhook", process.proc)
     register_webhooks(cluster, WEBHOOK_COMPONENT, port, [NAMESPACE_WEBHOOK])
     return process
 
