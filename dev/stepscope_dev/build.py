@@ -46,6 +46,8 @@ class GoRecipe:
     # in-tree paths that do not exist in the published module.
     replace_staging_modules: bool = False
     replaces: dict[str, str] = field(default_factory=dict)
+    # Set for binaries a test fixture builds lazily beside running tests.
+    nice: bool = False
 
     def outputs(self, target: Path) -> list[Path]:
         return [target / binary for binary in self.packages.values()]
@@ -128,13 +130,23 @@ def _go_env() -> dict[str, str]:
     return env
 
 
-def _run_go(args: list[str], cwd: Path, label: str) -> None:
-    """Run a go command, turning `-v` package lines into periodic progress."""
+def _run_go(
+    args: list[str],
+    cwd: Path,
+    label: str,
+    *,
+    env: dict[str, str] | None = None,
+    nice: bool = False,
+) -> None:
+    """Run a go command, turning `-v` package lines into periodic progress.
+
+    ``nice`` lowers its priority: builds that a test fixture starts lazily must not starve the
+    tests and servers running beside them."""
     started = time.monotonic()
     proc = subprocess.Popen(
-        ["go", *args],
+        [*(("nice", "-n", "10") if nice else ()), "go", *args],
         cwd=cwd,
-        env=_go_env(),
+        env=env or _go_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -154,6 +166,41 @@ def _run_go(args: list[str], cwd: Path, label: str) -> None:
             last_report = now
     if proc.wait() != 0:
         raise RuntimeError(f"`go {' '.join(args[:2])}` for {label} failed:\n" + "\n".join(tail))
+
+
+def compile_package(
+    src: Path,
+    package: str,
+    binary: Path,
+    *,
+    label: str,
+    ldflags: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
+    nice: bool = False,
+) -> None:
+    """``go build`` one main package of the module in ``src`` into ``binary``, with progress.
+
+    The binary is written beside its final name and moved into place only once complete, so an
+    interrupted build is never mistaken for a finished one."""
+    partial = binary.with_name(binary.name + ".partial")
+    started = time.monotonic()
+    _log(f"{label}: compiling {package} (several minutes when cold)")
+    flags = " ".join(("-s", "-w", *ldflags))
+    _run_go(
+        ["build", "-v", "-trimpath", "-ldflags", flags, "-o", str(partial), package],
+        src,
+        label,
+        env=env,
+        nice=nice,
+    )
+    os.replace(partial, binary)
+    _log(f"{label}: built {binary.name} in {time.monotonic() - started:.0f}s")
+
+
+def resolve_modules(src: Path, label: str, *, nice: bool = False) -> None:
+    """``go mod tidy`` in the wrapper module ``src``: pin every module its imports need."""
+    _log(f"{label}: resolving modules in {src}")
+    _run_go(["mod", "tidy"], src, label, nice=nice)
 
 
 def _write_wrapper(recipe: GoRecipe, src: Path) -> None:
@@ -198,7 +245,7 @@ def build_recipe(recipe: GoRecipe, target: Path) -> None:
     recipe = _with_staging_replaces(recipe, src)
     _write_wrapper(recipe, src)
     _log(f"{recipe.name} {recipe.version}: resolving modules")
-    _run_go(["mod", "tidy"], src, recipe.name)
+    _run_go(["mod", "tidy"], src, recipe.name, nice=recipe.nice)
     staging = target / f".{recipe.name}.partial"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
@@ -212,6 +259,7 @@ def build_recipe(recipe: GoRecipe, target: Path) -> None:
             ["build", "-v", "-trimpath", "-ldflags", ldflags, "-o", str(staging / binary), package],
             src,
             binary,
+            nice=recipe.nice,
         )
     # Move into place only when every binary of the recipe exists, so an
     # interrupted build is never mistaken for a finished one.

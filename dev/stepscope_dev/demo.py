@@ -23,6 +23,7 @@ from stepscope_dev.cluster import STATE_FILE, LocalCluster, start_cluster, stop_
 from stepscope_dev.demojob import job_pods_running, submit_demo_job
 from stepscope_dev.operator_process import OperatorProcess, operator_env
 from stepscope_dev.podrunner import start_podrunner
+from stepscope_dev.trainer_controller import start_trainer_controller
 from stepscope_dev.training_operator import start_training_operator
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -109,7 +110,7 @@ def _copy_artifacts(cluster: LocalCluster, status: dict, out_dir: Path) -> list[
     return copied
 
 
-def run_demo(instance: Path, out_dir: Path, keep: bool) -> int:
+def run_demo(instance: Path, out_dir: Path, keep: bool, with_trainer: bool = False) -> int:
     started = time.monotonic()
     bin_dir = build.ensure_binaries()
     if (instance / STATE_FILE).exists():
@@ -120,6 +121,9 @@ def run_demo(instance: Path, out_dir: Path, keep: bool) -> int:
         say("starting the pod runner and the Kubeflow training operator")
         start_podrunner(cluster)
         start_training_operator(cluster)
+        if with_trainer:
+            say("starting the JobSet and Kubeflow Trainer v2 controllers")
+            start_trainer_controller(cluster)
         cluster.kubectl("apply", "--server-side", "-f", str(REPO_ROOT / "crds"))
         master_token = secrets.token_hex(24)
         say("starting the stepscope operator")
@@ -176,8 +180,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--keep", action="store_true", help="leave the control plane, operator and job running"
     )
+    parser.add_argument(
+        "--with-trainer",
+        action="store_true",
+        help="also run the JobSet and Kubeflow Trainer v2 controllers (TrainJobs, JobSets); "
+        "their first build takes several minutes",
+    )
     args = parser.parse_args(argv)
-    return run_demo(args.instance, args.out, args.keep)
+    return run_demo(args.instance, args.out, args.keep, args.with_trainer)
 
 
 if __name__ == "__main__":

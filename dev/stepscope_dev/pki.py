@@ -175,3 +175,30 @@ def create_pki(directory: Path) -> Pki:
         )
     )
     return pki
+
+
+def issue_loopback_serving_cert(pki_dir: Path, out_dir: Path, common_name: str) -> Path:
+    """Sign a serving certificate for 127.0.0.1 with the instance's CA into ``out_dir``.
+
+    Webhook servers in the local control plane listen on loopback and are registered with
+    their URL, so the API server checks this certificate against the CA it already trusts.
+    The files are named ``tls.crt`` and ``tls.key``, as controller-runtime's webhook server
+    expects in its certificate directory. Returns ``out_dir``.
+    """
+    ca_cert = x509.load_pem_x509_certificate((pki_dir / "ca.crt").read_bytes())
+    ca_key = serialization.load_pem_private_key((pki_dir / "ca.key").read_bytes(), password=None)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    key = ec.generate_private_key(ec.SECP256R1())
+    _write_key(key, out_dir / "tls.key")
+    _write_cert(
+        _issue(
+            _name(common_name),
+            key,
+            ca_key,
+            ca_cert.subject,
+            usages=[ExtendedKeyUsageOID.SERVER_AUTH],
+            sans=[x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))],
+        ),
+        out_dir / "tls.crt",
+    )
+    return out_dir

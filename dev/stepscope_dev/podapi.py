@@ -115,14 +115,19 @@ class PodApi:
             _preload_content=False,
             _request_timeout=REQUEST_TIMEOUT_S,
         )
-        addresses = sorted(
-            (pod["metadata"]["name"], pod["status"]["podIP"])
-            for pod in json.loads(response.data)["items"]
-            if pod.get("status", {}).get("podIP")
-            and pod["status"].get("phase") not in TERMINAL_PHASES
-            and not pod["metadata"].get("deletionTimestamp")
+        return _first_live_address(json.loads(response.data)["items"])
+
+    def pod_hostname_address(self, namespace: str, subdomain: str, hostname: str) -> str | None:
+        """The pod IP cluster DNS would answer for ``<hostname>.<subdomain>``: of a live pod with
+        that ``spec.hostname`` and ``spec.subdomain`` (JobSet gives its pods both)."""
+        response = self.core.list_namespaced_pod(
+            namespace, _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S
         )
-        return addresses[0][1] if addresses else None
+        return _first_live_address(
+            pod
+            for pod in json.loads(response.data)["items"]
+            if pod["spec"].get("hostname") == hostname and pod["spec"].get("subdomain") == subdomain
+        )
 
     @staticmethod
     def _read(read: Any, namespace: str, name: str) -> dict[str, Any] | None:
@@ -135,3 +140,16 @@ class PodApi:
                 return None
             raise
         return json.loads(response.data)
+
+
+def _first_live_address(pods: Any) -> str | None:
+    """The address of the first (by name) pod that has one and is neither finished nor being
+    deleted."""
+    addresses = sorted(
+        (pod["metadata"]["name"], pod["status"]["podIP"])
+        for pod in pods
+        if pod.get("status", {}).get("podIP")
+        and pod["status"].get("phase") not in TERMINAL_PHASES
+        and not pod["metadata"].get("deletionTimestamp")
+    )
+    return addresses[0][1] if addresses else None

@@ -10,7 +10,9 @@ Three things differ from a real node, because the local pod runner has no contai
   the command, args, env values and working directory (``rewrite_mount_paths``).
 * Names. There is no cluster DNS. The well-known variables in ``SERVICE_ADDRESS_ENV`` (e.g. the
   ``MASTER_ADDR`` a PyTorchJob sets to its ``<job>-master-0`` Service) are rewritten to the pod IP
-  behind that Service, which is what cluster DNS answers for a headless Service.
+  behind that Service, which is what cluster DNS answers for a headless Service; a pod's own DNS
+  name ``<hostname>.<subdomain>`` (the ``PET_MASTER_ADDR`` Kubeflow Trainer sets to its first
+  JobSet pod) is rewritten to that pod's IP.
 * Executables. ``python``/``python3``/``python3.X`` run this interpreter (the repository's
   virtualenv, ``sys.executable``); other names are looked up on a ``PATH`` that starts with the
   virtualenv's ``bin`` (so console scripts like ``stepscope-agent`` resolve).
@@ -61,6 +63,8 @@ class ObjectSource(Protocol):
     def config_map_data(self, namespace: str, name: str) -> dict[str, str] | None: ...
 
     def service_address(self, namespace: str, name: str) -> str | None: ...
+
+    def pod_hostname_address(self, namespace: str, subdomain: str, hostname: str) -> str | None: ...
 
 
 def decode_secret_data(data: Mapping[str, str] | None) -> dict[str, str]:
@@ -127,22 +131,62 @@ def container_env(
 def resolve_service_addresses(
     env: dict[str, str], namespace: str, source: ObjectSource
 ) -> dict[str, str]:
-    """``env`` with each ``SERVICE_ADDRESS_ENV`` variable that names a Service replaced by the
-    address of the pod behind it. Raises ``NotReadyYet`` while that pod has no address."""
+    """``env`` with each ``SERVICE_ADDRESS_ENV`` variable that names a Service or a pod's
+    hostname replaced by that pod's address. Raises ``NotReadyYet`` while there is none."""
     resolved = dict(env)
     for name in SERVICE_ADDRESS_ENV:
-        target = parse_service_host(env.get(name, ""), namespace)
-        if target is None:
+        value = env.get(name, "")
+        pod_host = parse_pod_host(value, namespace)
+        service = parse_service_host(value, namespace)
+        # Cluster DNS tries the pod's own namespace first (search path <ns>.svc.cluster.local),
+        # so "a.b" is pod a of subdomain b here before it is Service a of namespace b.
+        address = None
+        if pod_host is not None:
+            address = source.pod_hostname_address(pod_host[2], pod_host[1], pod_host[0])
+        if address is None and service is not None:
+            address = source.service_address(service[1], service[0])
+        if pod_host is None and service is None:
             continue
-        address = source.service_address(target[1], target[0])
         if address is None:
+            looked_up = []
+            if pod_host is not None:
+                host, subdomain, host_namespace = pod_host
+                looked_up.append(f"hostname {host} of subdomain {host_namespace}/{subdomain}")
+            if service is not None:
+                looked_up.append(f"Service {service[1]}/{service[0]}")
             raise NotReadyYet(
                 "ServiceAddressPending",
-                f"{name}={env[name]}: no running pod with an address behind Service "
-                f"{target[1]}/{target[0]} yet",
+                f"{name}={value}: no running pod with an address behind "
+                f"{' or '.join(looked_up)} yet",
             )
         resolved[name] = address
     return resolved
+
+
+def parse_pod_host(value: str, namespace: str) -> tuple[str, str, str] | None:
+    """``(hostname, subdomain, namespace)`` for the DNS name of a pod with ``spec.hostname`` and
+    ``spec.subdomain`` (``host.sub``, ``host.sub.ns``, ``host.sub.ns.svc`` or
+    ``host.sub.ns.svc.cluster.local``), as JobSet's pods have; ``None`` otherwise."""
+    if not value or _is_ip(value):
+        return None
+    labels = value.rstrip(".").split(".")
+    if len(labels) == 2:
+        return labels[0], labels[1], namespace
+    if (
+        len(labels) >= 3
+        and labels[2] != "svc"  # "svc.ns.svc" is a Service
+        and labels[3:] in ([], ["svc"], ["svc", "cluster", "local"])
+    ):
+        return labels[0], labels[1], labels[2]
+    return None
+
+
+def _is_ip(value: str) -> bool:
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        return False
+    return True
 
 
 def parse_service_host(value: str, namespace: str) -> tuple[str, str] | None:

@@ -16,14 +16,12 @@ import json
 import os
 import shutil
 import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
 from stepscope_dev import versions
-from stepscope_dev.build import cache_root
-from stepscope_dev.components import start_component
+from stepscope_dev.build import cache_root, compile_package
+from stepscope_dev.components import apply_crds, start_component
 from stepscope_dev.processes import start_process
 
 MODULE = "github.com/kubeflow/training-operator"
@@ -36,11 +34,6 @@ CRD_FILES = ("kubeflow.org_pytorchjobs.yaml",)
 PYTORCHJOB_CRD = "pytorchjobs.kubeflow.org"
 INIT_CONTAINER_IMAGE = "busybox"
 """Image name of the workers' init container; never pulled, the pod runner runs its command."""
-CRD_READY_TIMEOUT_S = 60
-
-
-def _log(message: str) -> None:
-    print(f"[stepscope dev training-operator] {message}", file=sys.stderr, flush=True)
 
 
 def source_dir() -> Path:
@@ -78,34 +71,9 @@ def ensure_training_operator(bin_dir: Path) -> Path:
         raise RuntimeError("the Go toolchain is required to build the training operator")
     src = source_dir()
     _write_wrapper(src)
-    partial = binary.with_name(binary.name + ".partial")
-    _log(f"building {MODULE} {versions.TRAINING_OPERATOR} in {src} (several minutes when cold)")
-    started = time.monotonic()
-    result = subprocess.run(
-        # nice: the build must not starve tests or servers running beside it.
-        [
-            "nice",
-            "-n",
-            "10",
-            "go",
-            "build",
-            "-trimpath",
-            "-ldflags",
-            "-s -w",
-            "-o",
-            str(partial),
-            ".",
-        ],
-        cwd=src,
-        env=_go_env(),
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if result.returncode != 0:
-        raise RuntimeError(f"building the training operator failed:\n{result.stderr[-4000:]}")
-    os.replace(partial, binary)
-    _log(f"built {binary.name} in {time.monotonic() - started:.0f}s")
+    # -v package lines become progress lines, as for every other build; nice, so a build a
+    # test fixture starts does not starve the tests and servers beside it.
+    compile_package(src, ".", binary, label=COMPONENT, env=_go_env(), nice=True)
     return binary
 
 
@@ -133,32 +101,8 @@ def crd_paths() -> list[Path]:
 
 
 def install_crds(cluster: Any) -> None:
-    """Apply the PyTorchJob CRD from the module cache and wait until the API serves it.
-
-    Server-side apply, because the CRD is larger than the annotation client-side apply keeps.
-    """
-    for path in crd_paths():
-        cluster.kubectl(
-            "apply",
-            "--server-side",
-            "--force-conflicts",
-            "--field-manager=stepscope-dev",
-            "-f",
-            str(path),
-        )
-    # Polled rather than `kubectl wait`, which fails outright while a fresh CRD has no
-    # status.conditions yet.
-    established = '{.status.conditions[?(@.type=="Established")].status}'
-    deadline = time.monotonic() + CRD_READY_TIMEOUT_S
-    while (
-        cluster.kubectl(
-            "get", "crd", PYTORCHJOB_CRD, "-o", f"jsonpath={established}", check=False
-        ).stdout.strip()
-        != "True"
-    ):
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"CRD {PYTORCHJOB_CRD} not Established after {CRD_READY_TIMEOUT_S}s")
-        time.sleep(0.2)
+    """Apply the PyTorchJob CRD from the module cache and wait until the API serves it."""
+    apply_crds(cluster, crd_paths(), [PYTORCHJOB_CRD])
 
 
 def start_training_operator(cluster: Any, *, die_with_parent: bool = False) -> subprocess.Popen:

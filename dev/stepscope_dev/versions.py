@@ -15,6 +15,9 @@ ETCD = "v3.6.16"
 HELM = "v3.22.0"
 VERSITYGW = "v1.8.0"
 TRAINING_OPERATOR = "v1.9.4"
+# Kubeflow Trainer v2 runs TrainJobs as JobSets; JOBSET is the version its go.mod requires.
+TRAINER = "v2.0.0"
+JOBSET = "v0.8.2"
 
 # One cache directory per set of versions, so upgrading any pin rebuilds only
 # into a fresh directory and never reuses a stale binary.

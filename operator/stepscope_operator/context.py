@@ -21,7 +21,8 @@ from stepscope_operator.metrics import SESSIONS_FINISHED
 from stepscope_operator.planning import WindowPlan
 from stepscope_operator.settings import OperatorSettings
 from stepscope_operator.status import READY, is_final, phase_event, ready_condition, set_condition
-from stepscope_operator.targets import RankTarget, TargetKind
+from stepscope_operator.target_kinds import TargetAdapter, TargetKind, adapter_for
+from stepscope_operator.targets import RankTarget
 
 
 @dataclass
@@ -81,17 +82,16 @@ class SessionView:
 
     @property
     def target_kind(self) -> TargetKind:
-        target = self.spec.target
-        if target.pytorch_job is not None:
-            return TargetKind.PYTORCH_JOB
-        if target.train_job is not None:
-            return TargetKind.TRAIN_JOB
-        return TargetKind.POD_SELECTOR
+        return self.spec.target.kind
 
     @property
-    def target_ref(self):
-        target = self.spec.target
-        return target.pytorch_job or target.train_job or target.pod_selector
+    def target_ref(self) -> Any:
+        """The target field's wire value: a job name, or a label selector dict."""
+        return self.spec.target.ref
+
+    @property
+    def target_adapter(self) -> TargetAdapter:
+        return adapter_for(self.target_kind)
 
     @property
     def target_text(self) -> str:

@@ -1,8 +1,9 @@
 """The operator's Kubernetes reads and writes, as plain dicts (camelCase, as served).
 
 The kubernetes client is synchronous; every call runs in a worker thread so the
-kopf event loop keeps serving other sessions. The PyTorchJob's and TrainJob's
-own objects are only ever read: their training operators own them.
+kopf event loop keeps serving other sessions. The objects a session targets
+(PyTorchJobs, TrainJobs, JobSets) are only ever read: their own operators own them,
+and which resource each kind reads is its adapter's (`stepscope_operator.target_kinds`).
 """
 
 from __future__ import annotations
@@ -18,20 +19,13 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
-from stepscope.api.meta import LabelSelector
 from stepscope.api.session import GROUP, VERSION
-from stepscope_operator.targets import TargetKind, label_selector_for
+from stepscope_operator.target_kinds import JobResource
 
 SESSION_PLURAL = "profilesessions"
 SCHEDULE_PLURAL = "profileschedules"
 SESSION_KIND = "ProfileSession"
 COMPONENT = "stepscope-operator"
-
-# (group, version, plural, kind) of each job kind a session can target.
-JOB_RESOURCES = {
-    TargetKind.PYTORCH_JOB: ("kubeflow.org", "v1", "pytorchjobs", "PyTorchJob"),
-    TargetKind.TRAIN_JOB: ("trainer.kubeflow.org", "v1alpha1", "trainjobs", "TrainJob"),
-}
 
 
 def load_api_client() -> k8s.ApiClient:
@@ -44,49 +38,34 @@ def load_api_client() -> k8s.ApiClient:
     return k8s.ApiClient()
 
 
-def selector_string(selector: LabelSelector) -> str:
-    """A LabelSelector in the query syntax the API server's list calls take."""
-    parts = [f"{key}={value}" for key, value in sorted(selector.match_labels.items())]
-    for req in selector.match_expressions:
-        if req.operator == "In":
-            parts.append(f"{req.key} in ({','.join(req.values)})")
-        elif req.operator == "NotIn":
-            parts.append(f"{req.key} notin ({','.join(req.values)})")
-        elif req.operator == "Exists":
-            parts.append(req.key)
-        else:
-            parts.append(f"!{req.key}")
-    return ",".join(parts)
-
-
 class KubeApi:
     def __init__(self, api_client: k8s.ApiClient) -> None:
         self._core = k8s.CoreV1Api(api_client)
         self._custom = k8s.CustomObjectsApi(api_client)
         self._instance = socket.gethostname()
 
-    async def get_job(self, kind: TargetKind, namespace: str, name: str) -> dict[str, Any] | None:
-        group, version, plural, _ = JOB_RESOURCES[kind]
+    async def get_job(
+        self, resource: JobResource, namespace: str, name: str
+    ) -> dict[str, Any] | None:
+        """The target's job object; None when it (or its resource type) does not exist."""
         try:
             return await asyncio.to_thread(
-                self._custom.get_namespaced_custom_object, group, version, namespace, plural, name
+                self._custom.get_namespaced_custom_object,
+                resource.group,
+                resource.version,
+                namespace,
+                resource.plural,
+                name,
             )
         except ApiException as exc:
             if exc.status == 404:
                 return None
             raise
 
-    async def list_pods(
-        self, namespace: str, kind: TargetKind, name_or_selector: str | LabelSelector
-    ) -> list[dict[str, Any]]:
-        if isinstance(name_or_selector, LabelSelector):
-            selector = selector_string(name_or_selector)
-        else:
-            selector = label_selector_for(kind, name_or_selector)
-
+    async def list_pods(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
         def call() -> list[dict[str, Any]]:
             response = self._core.list_namespaced_pod(
-                namespace, label_selector=selector, _preload_content=False
+                namespace, label_selector=label_selector, _preload_content=False
             )
             return json.loads(response.data)["items"]
 

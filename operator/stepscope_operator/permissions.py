@@ -3,7 +3,8 @@
 The chart's ``templates/rbac.yaml`` grants exactly these: ``tests/unit/chart`` fails when the
 chart misses one of them or grants one that is not listed here, and the integration tests ask
 the real API server (``kubectl auth can-i --as=<the chart's service account>``). Whoever adds an
-API call to the operator adds its permission here and to the chart in the same change.
+API call to the operator adds its permission here and to the chart in the same change; a
+target kind declares its own in its adapter (``stepscope_operator.target_kinds``).
 
 Scopes:
 
@@ -18,6 +19,8 @@ from __future__ import annotations
 
 from typing import Literal, NamedTuple
 
+from stepscope_operator.target_kinds import TARGET_KINDS
+
 Scope = Literal["watched", "cluster"]
 
 
@@ -29,7 +32,7 @@ class Permission(NamedTuple):
     reason: str
 
 
-REQUIRED_PERMISSIONS: tuple[Permission, ...] = (
+_OPERATOR_PERMISSIONS: tuple[Permission, ...] = (
     Permission(
         "stepscope.dev",
         "profilesessions",
@@ -68,20 +71,6 @@ REQUIRED_PERMISSIONS: tuple[Permission, ...] = (
         "Targets are resolved to pods by label selector, with their ranks, nodes and IPs.",
     ),
     Permission(
-        "kubeflow.org",
-        "pytorchjobs",
-        ("get",),
-        "watched",
-        "A PyTorchJob target is checked to exist before its pods are looked up.",
-    ),
-    Permission(
-        "trainer.kubeflow.org",
-        "trainjobs",
-        ("get",),
-        "watched",
-        "A TrainJob target is checked to exist before its pods are looked up.",
-    ),
-    Permission(
         "",
         "events",
         ("create",),
@@ -96,6 +85,17 @@ REQUIRED_PERMISSIONS: tuple[Permission, ...] = (
         "kopf scans CRDs to notice when served resources change (without it, only at start).",
     ),
 )
+
+
+# Each target kind declares what it reads (its adapter's `permissions`); its sessions, and
+# so its jobs, live in the watched namespace(s).
+TARGET_KIND_PERMISSIONS: tuple[Permission, ...] = tuple(
+    Permission(need.api_group, need.resource, need.verbs, "watched", need.reason)
+    for adapter in TARGET_KINDS.values()
+    for need in adapter.permissions
+)
+
+REQUIRED_PERMISSIONS: tuple[Permission, ...] = _OPERATOR_PERMISSIONS + TARGET_KIND_PERMISSIONS
 
 
 def required_grants(scope: Scope | None = None) -> set[tuple[str, str, str]]:

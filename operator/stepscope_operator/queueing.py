@@ -12,14 +12,16 @@ from collections.abc import Iterable
 from typing import Any
 
 from stepscope_operator.status import is_final
+from stepscope_operator.target_kinds import TARGET_KINDS, TargetKind, adapter_for
 
 
 def target_key(spec_target: dict[str, Any]) -> tuple[str, str]:
     """(kind, identity) of a session's target, comparable across sessions."""
-    for kind in ("pytorchJob", "trainJob"):
+    for kind, adapter in TARGET_KINDS.items():
         if spec_target.get(kind):
-            return kind, spec_target[kind]
-    return "podSelector", repr(sorted((spec_target.get("podSelector") or {}).items()))
+            return kind, adapter.identity(spec_target[kind])
+    # No target field is set (the API server refuses such a spec): all of them share one key.
+    return TargetKind.POD_SELECTOR, adapter_for(TargetKind.POD_SELECTOR).identity({})
 
 
 def _queue_position(session: dict[str, Any]) -> tuple[str, str]:

@@ -45,7 +45,7 @@ from stepscope_operator.status import (
     summary_from_job,
     tally_ranks,
 )
-from stepscope_operator.targets import TargetError, TargetKind, resolve_targets
+from stepscope_operator.targets import InvalidTarget, NoLivePods, RankTarget, resolve_targets
 from stepscope_operator.window_arming import MISSED_NOTHING, arm_record, replan_missed_window
 
 
@@ -86,8 +86,9 @@ async def wait_for_turn(
     timeout = timedelta(seconds=view.spec.window.timeout_seconds)
     waiting_for = None
     while not stopped:
-        if view.target_kind != TargetKind.POD_SELECTOR:
-            job = await ctx.kube.get_job(view.target_kind, view.namespace, view.target_ref)
+        adapter = view.target_adapter
+        if adapter.resource is not None:
+            job = await ctx.kube.get_job(adapter.resource, view.namespace, view.target_ref)
             if job is None:
                 await writer.fail(
                     "TargetNotFound",
@@ -96,7 +97,7 @@ async def wait_for_turn(
                     TARGET_RESOLVED,
                 )
                 return False
-            finished = _finished_condition(job)
+            finished = adapter.finished(job)
             if finished:
                 await writer.fail(
                     "TargetFinished",
@@ -138,14 +139,14 @@ async def wait_for_turn(
     return False
 
 
-def _finished_condition(job: dict[str, Any]) -> str | None:
-    for condition in (job.get("status") or {}).get("conditions") or []:
-        if (
-            condition.get("type") in ("Succeeded", "Failed", "Complete")
-            and condition.get("status") == "True"
-        ):
-            return condition["type"]
-    return None
+async def list_targets(ctx: OperatorContext, view: SessionView) -> list[RankTarget]:
+    """The target's ranks from its live pods (and its job object, when the kind has one)."""
+    adapter = view.target_adapter
+    pods = await ctx.kube.list_pods(view.namespace, adapter.pod_selector(view.target_ref))
+    job = None
+    if adapter.resource is not None:
+        job = await ctx.kube.get_job(adapter.resource, view.namespace, view.target_ref)
+    return resolve_targets(adapter.kind, view.spec.target.ranks, pods, job)
 
 
 async def plan_and_arm(
@@ -171,14 +172,13 @@ async def make_plan(
     last_wait = last_written = None
     while not stopped:
         try:
-            pods = await ctx.kube.list_pods(view.namespace, view.target_kind, view.target_ref)
-            targets = resolve_targets(view.target_kind, view.spec.target.ranks, pods)
-        except TargetError as exc:
+            targets = await list_targets(ctx, view)
+        except NoLivePods as exc:
             # A job whose pods are not created yet is worth waiting for; bad input is not.
-            if "no running or pending pods" not in str(exc):
-                await writer.fail("TargetInvalid", str(exc), TARGET_RESOLVED)
-                return None
             last_wait = ("WaitingForPods", str(exc))
+        except InvalidTarget as exc:
+            await writer.fail("TargetInvalid", str(exc), TARGET_RESOLVED)
+            return None
         else:
             if len(targets) > ctx.settings.max_ranks_per_session:
                 await writer.fail(

@@ -13,6 +13,7 @@ from stepscope.api.session import (
     VERSION,
     ProfileSession,
     ProfileSessionSpec,
+    TargetKind,
     describe_target,
 )
 from stepscope.api.session_status import ProfileSessionStatus
@@ -27,5 +28,6 @@ __all__ = [
     "ProfileSession",
     "ProfileSessionSpec",
     "ProfileSessionStatus",
+    "TargetKind",
     "describe_target",
 ]

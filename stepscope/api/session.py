@@ -6,9 +6,11 @@ is observed state written by the operator.
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, StrictInt, StrictStr
+from pydantic.alias_generators import to_snake
 
 from stepscope.api.base import ApiModel
 from stepscope.api.meta import LabelSelector
@@ -34,19 +36,32 @@ MAX_WARMUP_STEPS = 100
 Granularity = Literal["steps", "ops", "full"]
 
 
+class TargetKind(StrEnum):
+    """What a session profiles: the one field of spec.target that is set.
+
+    Each kind has one adapter in ``stepscope_operator.target_kinds`` that knows its pods,
+    their ranks and when the job has finished.
+    """
+
+    PYTORCH_JOB = "pytorchJob"
+    TRAIN_JOB = "trainJob"
+    JOB_SET = "jobSet"
+    POD_SELECTOR = "podSelector"
+
+
+def _kinds_in_words() -> str:
+    names = [kind.value for kind in TargetKind]
+    return ", ".join(names[:-1]) + " or " + names[-1]
+
+
 class TargetSpec(ApiModel):
     """Which training job to profile, and which of its ranks take full traces."""
 
     cel_rules = (
         CelRule(
-            cel=(
-                "(has(self.pytorchJob) ? 1 : 0) + (has(self.trainJob) ? 1 : 0)"
-                " + (has(self.podSelector) ? 1 : 0) == 1"
-            ),
-            message="target must set exactly one of pytorchJob, trainJob or podSelector",
-            check=lambda target: (
-                [target.pytorch_job, target.train_job, target.pod_selector].count(None) == 2
-            ),
+            cel=" + ".join(f"(has(self.{kind}) ? 1 : 0)" for kind in TargetKind) + " == 1",
+            message=f"target must set exactly one of {_kinds_in_words()}",
+            check=lambda target: sum(target.ref_of(kind) is not None for kind in TargetKind) == 1,
         ),
     )
 
@@ -55,8 +70,8 @@ class TargetSpec(ApiModel):
             None,
             description=(
                 "Desired state. Name of a Kubeflow PyTorchJob (kubeflow.org/v1) in this "
-                "namespace whose pods are profiled. Exactly one of pytorchJob, trainJob and "
-                "podSelector is set."
+                "namespace whose pods are profiled. Exactly one of pytorchJob, trainJob, "
+                "jobSet and podSelector is set."
             ),
         )
     )
@@ -64,16 +79,25 @@ class TargetSpec(ApiModel):
         None,
         description=(
             "Desired state. Name of a Kubeflow TrainJob (trainer.kubeflow.org/v1alpha1) in "
-            "this namespace whose pods are profiled. Exactly one of pytorchJob, trainJob and "
-            "podSelector is set."
+            "this namespace whose pods are profiled. Exactly one of pytorchJob, trainJob, "
+            "jobSet and podSelector is set."
+        ),
+    )
+    job_set: Annotated[StrictStr, object_name("target.jobSet", "JobSet")] | None = Field(
+        None,
+        description=(
+            "Desired state. Name of a JobSet (jobset.x-k8s.io/v1alpha2) in this namespace "
+            "whose pods are profiled: every pod of every replicated job, ranked in the order "
+            "of spec.replicatedJobs, then by job index, then by completion index. Exactly one "
+            "of pytorchJob, trainJob, jobSet and podSelector is set."
         ),
     )
     pod_selector: LabelSelector | None = Field(
         None,
         description=(
             "Desired state. Profile the pods in this namespace matching this label selector "
-            "(they must run the stepscope agent). Exactly one of pytorchJob, trainJob and "
-            "podSelector is set."
+            "(they must run the stepscope agent). Exactly one of pytorchJob, trainJob, jobSet "
+            "and podSelector is set."
         ),
         json_schema_extra={"x-kubernetes-map-type": "atomic"},
     )
@@ -93,6 +117,22 @@ class TargetSpec(ApiModel):
             "Every rank still reports step timings. Default: all."
         ),
     )
+
+    def ref_of(self, kind: TargetKind) -> Any:
+        """The value of the spec.target field of `kind`: a name, or a label selector."""
+        # Each field is its kind in snake case (the wire name is camelCase by the alias
+        # generator); tests/unit/api checks that every field has its kind.
+        return getattr(self, to_snake(kind.value))
+
+    @property
+    def kind(self) -> TargetKind:
+        """The kind of target that is set (validation guarantees exactly one)."""
+        return next(kind for kind in TargetKind if self.ref_of(kind) is not None)
+
+    @property
+    def ref(self) -> Any:
+        """The set target as served on the wire: a job name, or a label selector dict."""
+        return self.to_wire()[self.kind.value]
 
 
 class WindowSpec(ApiModel):
@@ -232,11 +272,10 @@ class ProfileSession(ApiModel):
 
 
 def describe_target(target: TargetSpec) -> str:
-    """The target as one short word pair for the Target column, e.g. ``pytorchjob/llama-ft``."""
-    if target.pytorch_job is not None:
-        return f"pytorchjob/{target.pytorch_job}"
-    if target.train_job is not None:
-        return f"trainjob/{target.train_job}"
+    """The target as one short word pair for the Target column, e.g. ``pytorchjob/llama-ft``
+    (a named job is its kind in lower case, as ``kubectl get`` spells resources)."""
+    if target.kind is not TargetKind.POD_SELECTOR:
+        return f"{target.kind.value.lower()}/{target.ref_of(target.kind)}"
     selector = target.pod_selector
     assert selector is not None, "TargetSpec validation guarantees exactly one target"
     labels = [f"{key}={value}" for key, value in sorted(selector.match_labels.items())]

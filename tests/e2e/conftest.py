@@ -57,3 +57,40 @@ def operator_process(e2e_cluster, tmp_path) -> Iterator[OperatorProcess]:
     yield process
     process.stop()
     print(process.logs()[-8000:])
+
+
+@pytest.fixture(scope="session")
+def trainer_cluster(e2e_cluster) -> Any:
+    """The e2e cluster plus Kubeflow Trainer v2 and the JobSet controller, built and started by
+    the first test that needs them (the PyTorchJob tests never pay for their builds)."""
+    from stepscope_dev.trainer_controller import start_trainer_controller
+
+    start_trainer_controller(e2e_cluster, die_with_parent=True)
+    return e2e_cluster
+
+
+@pytest.fixture
+def injecting_namespace(trainer_cluster) -> Iterator[str]:
+    """A namespace labelled for agent injection: every pod created in it goes through the
+    operator's injection webhook, as TrainJob and JobSet pods (whose templates the test does
+    not write) get the agent in a real cluster."""
+    from stepscope_operator.injection import INJECT_LABEL
+
+    name = f"e2e-{uuid.uuid4().hex[:6]}"
+    trainer_cluster.kubectl("create", "namespace", name)
+    trainer_cluster.kubectl("label", "namespace", name, f"{INJECT_LABEL}=true")
+    yield name
+    for kind in ("trainjobs", "jobsets"):
+        trainer_cluster.kubectl("delete", kind, "--all", "-n", name, "--wait=false", check=False)
+    trainer_cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.fixture
+def injecting_operator(trainer_cluster, tmp_path) -> Iterator[OperatorProcess]:
+    """The operator with its injection webhook served on loopback and registered by URL."""
+    from jobset_helpers import start_injecting_operator, stop_injecting_operator
+
+    process = start_injecting_operator(trainer_cluster, tmp_path)
+    yield process
+    stop_injecting_operator(trainer_cluster, process)
+    print(process.logs()[-8000:])

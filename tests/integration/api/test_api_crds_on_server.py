@@ -116,12 +116,12 @@ INVALID_SESSIONS = {
     "two targets": (
         {"target": {"pytorchJob": "a", "trainJob": "b"}},
         "spec.target",
-        "exactly one of pytorchJob, trainJob or podSelector",
+        "exactly one of pytorchJob, trainJob, jobSet or podSelector",
     ),
     "no target": (
         {"target": {"ranks": "all"}},
         "spec.target",
-        "exactly one of pytorchJob, trainJob or podSelector",
+        "exactly one of pytorchJob, trainJob, jobSet or podSelector",
     ),
     "target missing": ({"granularity": "ops"}, "spec.target", "Required value"),
     "steps zero": (

@@ -1,7 +1,9 @@
-"""Fixtures for the local pod runner and the training operator on top of `local_cluster`.
+"""Fixtures for the local pod runner and the job controllers on top of `local_cluster`.
 
-Both components are started at most once per cluster (a second start returns the running
-process) and are recorded in the cluster's pids, so `local_cluster`'s teardown stops them.
+Each component is started at most once per cluster (a second start returns the running
+process) and is recorded in the cluster's pids, so `local_cluster`'s teardown stops it. The
+controllers are built and started lazily, by the first test that asks for one, so the rest of
+the suite does not pay for their builds.
 """
 
 from __future__ import annotations
@@ -11,7 +13,9 @@ import uuid
 
 import pytest
 from harness_kube import wait_for
+from stepscope_dev.jobset_controller import start_jobset_controller
 from stepscope_dev.podrunner import start_podrunner
+from stepscope_dev.trainer_controller import start_trainer_controller
 from stepscope_dev.training_operator import start_training_operator
 
 
@@ -25,6 +29,17 @@ def pod_runner(local_cluster):
 @pytest.fixture(scope="session")
 def training_operator(local_cluster, pod_runner):
     start_training_operator(local_cluster, die_with_parent=True)
+
+
+@pytest.fixture(scope="session")
+def jobset_controller(local_cluster, pod_runner):
+    start_jobset_controller(local_cluster, die_with_parent=True)
+
+
+@pytest.fixture(scope="session")
+def trainer_controller(local_cluster, pod_runner):
+    """Kubeflow Trainer v2 with the torch ClusterTrainingRuntime (and the JobSet controller)."""
+    start_trainer_controller(local_cluster, die_with_parent=True)
 
 
 @pytest.fixture

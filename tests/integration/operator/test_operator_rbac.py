@@ -85,24 +85,27 @@ def test_session_lifecycle_with_only_the_charts_permissions(
     )
     operator.start()
     try:
-        session = {
-            "apiVersion": "stepscope.dev/v1alpha1",
-            "kind": "ProfileSession",
-            "metadata": {"name": "rbac-check", "namespace": namespace},
-            "spec": {"target": {"pytorchJob": "absent"}},
-        }
-        local_cluster.kubectl("apply", "-f", "-", input=json.dumps(session))
-        wait_for(
-            "phase Failed",
-            lambda: session_phase(local_cluster, namespace, "rbac-check") == "Failed",
-            30,
-        )
-        body = get_session(local_cluster, namespace, "rbac-check")
-        ready = next(c for c in body["status"]["conditions"] if c["type"] == "Ready")
-        assert ready["reason"] == "TargetNotFound"
-        local_cluster.kubectl(
-            "delete", "profilesession", "rbac-check", "-n", namespace, "--timeout=60s"
-        )
+        # One session per kind that reads its job: without the chart's grant the API server
+        # answers 403 (authorization comes before it looks for the resource), not 404.
+        for kind, name in (("pytorchJob", "rbac-check"), ("jobSet", "rbac-check-jobset")):
+            session = {
+                "apiVersion": "stepscope.dev/v1alpha1",
+                "kind": "ProfileSession",
+                "metadata": {"name": name, "namespace": namespace},
+                "spec": {"target": {kind: "absent"}},
+            }
+            local_cluster.kubectl("apply", "-f", "-", input=json.dumps(session))
+            wait_for(
+                f"phase Failed of {name}",
+                lambda name=name: session_phase(local_cluster, namespace, name) == "Failed",
+                30,
+            )
+            body = get_session(local_cluster, namespace, name)
+            ready = next(c for c in body["status"]["conditions"] if c["type"] == "Ready")
+            assert ready["reason"] == "TargetNotFound", ready
+            local_cluster.kubectl(
+                "delete", "profilesession", name, "-n", namespace, "--timeout=60s"
+            )
     finally:
         operator.stop()
     logs = operator.logs()

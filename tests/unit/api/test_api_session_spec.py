@@ -8,7 +8,8 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from stepscope.api import ProfileSession, ProfileSessionSpec, describe_target
+from stepscope.api import ProfileSession, ProfileSessionSpec, TargetKind, describe_target
+from stepscope.api.session import TargetSpec
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "crds" / "examples" / "profilesession.yaml"
 
@@ -76,11 +77,25 @@ def test_good_retentions(retention: str) -> None:
 
 # Each bad spec, where pydantic reports it, and words the message must contain.
 BAD_SPECS = {
-    "no target": (spec(target={}), "target", "exactly one of pytorchJob, trainJob or podSelector"),
+    "no target": (
+        spec(target={}),
+        "target",
+        "exactly one of pytorchJob, trainJob, jobSet or podSelector",
+    ),
     "two targets": (
         spec(target={"pytorchJob": "a", "trainJob": "b"}),
         "target",
-        "exactly one of pytorchJob, trainJob or podSelector",
+        "exactly one of pytorchJob, trainJob, jobSet or podSelector",
+    ),
+    "job set and train job": (
+        spec(target={"jobSet": "a", "trainJob": "b"}),
+        "target",
+        "exactly one of pytorchJob, trainJob, jobSet or podSelector",
+    ),
+    "job set name upper case": (
+        spec(target={"jobSet": "Big"}),
+        "target.jobSet",
+        "the name of a JobSet in this namespace",
     ),
     "steps zero": (spec(window={"steps": 0}), "window.steps", "between 1 and 1000"),
     "steps too many": (spec(window={"steps": 1001}), "window.steps", "between 1 and 1000"),
@@ -145,6 +160,7 @@ def test_bad_spec_names_field_and_fix(case: str) -> None:
     [
         ({"pytorchJob": "llama-ft"}, "pytorchjob/llama-ft"),
         ({"trainJob": "llm"}, "trainjob/llm"),
+        ({"jobSet": "big-run"}, "jobset/big-run"),
         (
             {
                 "podSelector": {
@@ -160,3 +176,28 @@ def test_describe_target(target: dict, described: str) -> None:
     assert (
         describe_target(ProfileSessionSpec.model_validate(spec(target=target)).target) == described
     )
+
+
+def test_every_target_field_is_a_target_kind() -> None:
+    fields = {f.alias for name, f in TargetSpec.model_fields.items() if name != "ranks"}
+    assert fields == {kind.value for kind in TargetKind}
+
+
+@pytest.mark.parametrize(
+    ("target", "kind", "ref"),
+    [
+        ({"pytorchJob": "llama-ft"}, TargetKind.PYTORCH_JOB, "llama-ft"),
+        ({"trainJob": "llm"}, TargetKind.TRAIN_JOB, "llm"),
+        ({"jobSet": "big-run", "ranks": "0,1"}, TargetKind.JOB_SET, "big-run"),
+        (
+            {"podSelector": {"matchLabels": {"app": "train"}}},
+            TargetKind.POD_SELECTOR,
+            {"matchLabels": {"app": "train"}, "matchExpressions": []},
+        ),
+    ],
+)
+def test_the_set_target_field_gives_kind_and_wire_ref(target: dict, kind, ref) -> None:
+    loaded = ProfileSessionSpec.model_validate(spec(target=target)).target
+    assert (loaded.kind, loaded.ref) == (kind, ref)
+    assert loaded.ref_of(kind) is not None
+    assert [other for other in TargetKind if loaded.ref_of(other) is not None] == [kind]

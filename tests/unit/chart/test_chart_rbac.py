@@ -4,6 +4,7 @@
 import pytest
 from chart_rendering import NAMESPACE, by_kind, granted, render
 from stepscope_operator.permissions import REQUIRED_PERMISSIONS, required_grants
+from stepscope_operator.target_kinds import TARGET_KINDS
 
 
 def split_by_scope(grants):
@@ -52,6 +53,22 @@ def test_no_wildcards_and_no_secret_or_webhook_access(tmp_path):
         for group, resource, verb in triples:
             assert "*" not in (group, resource, verb)
             assert resource not in ("secrets", "mutatingwebhookconfigurations")
+
+
+@pytest.mark.parametrize(
+    "adapter", [a for a in TARGET_KINDS.values() if a.permissions], ids=lambda a: a.kind.value
+)
+@pytest.mark.parametrize("watch_namespace", [None, "team-a"])
+def test_every_target_kind_reads_its_job_under_the_charts_rules(adapter, watch_namespace, tmp_path):
+    values = {"operator": {"watchNamespace": watch_namespace}} if watch_namespace else None
+    cluster_wide, namespaced = split_by_scope(granted(render(values, tmp_path)))
+    where = namespaced if watch_namespace else cluster_wide
+    for need in adapter.permissions:
+        for verb in need.verbs:
+            assert (need.api_group, need.resource, verb) in where, (
+                f"charts/stepscope/templates/rbac.yaml must grant {verb} on "
+                f"{need.resource}.{need.api_group} for {adapter.kind.value} targets"
+            )
 
 
 @pytest.mark.parametrize("permission", REQUIRED_PERMISSIONS, ids=lambda p: p.resource)

@@ -51,7 +51,7 @@ def referenced_client_methods() -> dict[str, str]:
     the module that does."""
     known = client_methods()
     found: dict[str, str] = {}
-    for path in sorted(PACKAGE_DIR.glob("*.py")):
+    for path in sorted(PACKAGE_DIR.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Attribute) and node.attr in known:
                 found.setdefault(node.attr, path.name)
@@ -116,7 +116,7 @@ def test_direct_client_calls_are_covered():
 
 
 def operator_source() -> str:
-    return "\n".join(p.read_text() for p in PACKAGE_DIR.glob("*.py") if p.name != "permissions.py")
+    return "\n".join(p.read_text() for p in PACKAGE_DIR.rglob("*.py") if p.name != "permissions.py")
 
 
 @pytest.mark.parametrize(

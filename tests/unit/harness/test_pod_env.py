@@ -12,6 +12,7 @@ from stepscope_dev.podenv import (
     container_env,
     expand_references,
     field_value,
+    parse_pod_host,
     parse_service_host,
     process_argv,
     resolve_executable,
@@ -23,10 +24,11 @@ from stepscope_dev.podenv import (
 class Objects:
     """The API objects a pod refers to, as the runner's PodApi would return them."""
 
-    def __init__(self, secrets=None, config_maps=None, services=None):
+    def __init__(self, secrets=None, config_maps=None, services=None, hostnames=None):
         self.secrets = secrets or {}
         self.config_maps = config_maps or {}
         self.services = services or {}
+        self.hostnames = hostnames or {}
 
     def secret_data(self, namespace, name):
         return self.secrets.get((namespace, name))
@@ -36,6 +38,9 @@ class Objects:
 
     def service_address(self, namespace, name):
         return self.services.get((namespace, name))
+
+    def pod_hostname_address(self, namespace, subdomain, hostname):
+        return self.hostnames.get((namespace, subdomain, hostname))
 
 
 POD = {
@@ -124,6 +129,34 @@ def test_master_addr_becomes_the_master_pod_address():
         "OTHER": "job-master-0",
     }
     with pytest.raises(NotReadyYet, match="job-master-0"):
+        resolve_service_addresses(env, "team-a", Objects())
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("tj-node-0-0.tj", ("tj-node-0-0", "tj", "team-a")),
+        ("tj-node-0-0.tj.other", ("tj-node-0-0", "tj", "other")),
+        ("tj-node-0-0.tj.other.svc.cluster.local", ("tj-node-0-0", "tj", "other")),
+        ("job-master-0.other.svc", None),
+        ("job-master-0", None),
+        ("127.0.0.3", None),
+        ("a.b.c.d.e.f", None),
+    ],
+)
+def test_pod_host_names_are_recognised(value, expected):
+    assert parse_pod_host(value, "team-a") == expected
+
+
+def test_a_pod_hostname_resolves_before_a_service_of_that_name():
+    # Kubeflow Trainer points PET_MASTER_ADDR at the first JobSet pod: <trainjob>-node-0-0.<trainjob>.
+    env = {"PET_MASTER_ADDR": "tj-node-0-0.tj"}
+    pod = Objects(hostnames={("team-a", "tj", "tj-node-0-0"): "127.0.0.7"})
+    assert resolve_service_addresses(env, "team-a", pod) == {"PET_MASTER_ADDR": "127.0.0.7"}
+    # With no such pod, "a.b" is Service a in namespace b, as the DNS search path goes on.
+    service = Objects(services={("tj", "tj-node-0-0"): "127.0.0.8"})
+    assert resolve_service_addresses(env, "team-a", service) == {"PET_MASTER_ADDR": "127.0.0.8"}
+    with pytest.raises(NotReadyYet, match="hostname tj-node-0-0 of subdomain team-a/tj"):
         resolve_service_addresses(env, "team-a", Objects())
 
 

@@ -1,41 +1,15 @@
 import pytest
+from stepscope_operator.target_kinds import adapter_for
 from stepscope_operator.targets import (
+    InvalidTarget,
+    NoLivePods,
     RankTarget,
     TargetError,
     TargetKind,
     group_by_pod,
-    label_selector_for,
     resolve_targets,
 )
-
-
-def pod(
-    name,
-    labels=None,
-    env=None,
-    node="node-a",
-    phase="Running",
-    ip="127.0.0.2",
-    created="2026-01-01T00:00:00Z",
-    annotations=None,
-):
-    return {
-        "metadata": {
-            "name": name,
-            "namespace": "team-a",
-            "labels": labels or {},
-            "annotations": annotations or {},
-            "creationTimestamp": created,
-        },
-        "spec": {
-            "nodeName": node,
-            "containers": [
-                {"name": "stepscope-agent", "env": [{"name": "RANK", "value": "99"}]},
-                {"name": "pytorch", "env": env or []},
-            ],
-        },
-        "status": {"phase": phase, "podIP": ip},
-    }
+from target_pods import pod
 
 
 def ptj_pod(name, replica_type, index, **kw):
@@ -145,7 +119,7 @@ def test_explicit_rank_list_and_ranges():
 )
 def test_bad_rank_selection_names_the_field(ranks, message):
     pods = [ptj_pod(f"w{i}", "worker", i) for i in range(4)]
-    with pytest.raises(TargetError, match=message) as err:
+    with pytest.raises(InvalidTarget, match=message) as err:
         resolve_targets("pytorchJob", ranks, pods)
     assert "spec.target.ranks" in str(err.value)
 
@@ -161,22 +135,35 @@ def test_finished_and_deleting_pods_are_skipped_and_newest_pod_wins():
 
 
 def test_no_live_pods_is_an_error():
-    with pytest.raises(TargetError, match="no running or pending pods"):
+    with pytest.raises(NoLivePods, match="no running or pending pods") as err:
         resolve_targets("pytorchJob", "all", [ptj_pod("w", "worker", 0, phase="Failed")])
+    assert isinstance(err.value, TargetError) and not isinstance(err.value, InvalidTarget)
 
 
 def test_pod_without_any_rank_hint_is_an_error():
-    with pytest.raises(TargetError, match="no RANK env"):
+    with pytest.raises(InvalidTarget, match="no RANK env"):
         resolve_targets("pytorchJob", "all", [pod("stray")])
 
 
 def test_selectors_and_grouping():
     assert (
-        label_selector_for(TargetKind.PYTORCH_JOB, "llama")
+        adapter_for(TargetKind.PYTORCH_JOB).pod_selector("llama")
         == "training.kubeflow.org/job-name=llama"
     )
-    assert "replicatedjob-name=node" in label_selector_for(TargetKind.TRAIN_JOB, "tj")
-    assert label_selector_for(TargetKind.POD_SELECTOR, {"b": "2", "a": "1"}) == "a=1,b=2"
+    assert adapter_for(TargetKind.TRAIN_JOB).pod_selector("tj") == (
+        "jobset.sigs.k8s.io/jobset-name=tj,jobset.sigs.k8s.io/replicatedjob-name=node"
+    )
+    selector = {
+        "matchLabels": {"b": "2", "a": "1"},
+        "matchExpressions": [
+            {"key": "gpu", "operator": "Exists"},
+            {"key": "zone", "operator": "In", "values": ["x", "y"]},
+            {"key": "spot", "operator": "DoesNotExist"},
+        ],
+    }
+    assert adapter_for(TargetKind.POD_SELECTOR).pod_selector(selector) == (
+        "a=1,b=2,gpu,zone in (x,y),!spot"
+    )
     targets = [RankTarget(rank=r, pod=f"p{r // 2}", namespace="n") for r in (3, 0, 2, 1)]
     assert {k: [t.rank for t in v] for k, v in group_by_pod(targets).items()} == {
         "p0": [0, 1],
