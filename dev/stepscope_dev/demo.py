@@ -24,6 +24,7 @@ from stepscope_dev.demojob import job_pods_running, submit_demo_job
 from stepscope_dev.operator_process import OperatorProcess, operator_env
 from stepscope_dev.podrunner import start_podrunner
 from stepscope_dev.training_operator import start_training_operator
+from stepscope_dev.waiting import wait_until
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 NAMESPACE = "default"
@@ -43,16 +44,6 @@ def _start_operator(cluster: LocalCluster, master_token: str) -> None:
     operator.start()
     cluster.pids["stepscope-operator"] = operator.pid
     cluster.save()
-
-
-def _wait(what: str, check, timeout: float, interval: float = 1.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = check()
-        if result:
-            return result
-        time.sleep(interval)
-    raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
 def _session(cluster: LocalCluster) -> dict:
@@ -129,7 +120,9 @@ def run_demo(instance: Path, out_dir: Path, keep: bool) -> int:
         submit_demo_job(
             cluster, NAMESPACE, agent_token=agent_token_for_namespace(master_token, NAMESPACE)
         )
-        _wait("the job's 4 pods to run", lambda: job_pods_running(cluster, NAMESPACE), 240)
+        wait_until(
+            lambda: job_pods_running(cluster, NAMESPACE), 240, "the job's 4 pods to run", 1.0
+        )
         say("applying crds/examples/profilesession.yaml")
         cluster.kubectl(
             "apply",

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import copy
 import json
-import socket
 import time
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from stepscope_dev.net import free_port
 
 DEMO_DIR = Path(__file__).resolve().parents[2] / "dev" / "demo"
 JOB_NAME = "ddp-demo"
@@ -24,12 +25,6 @@ TOKEN_SECRET = "stepscope-agent-token"
 TOKEN_KEY = "token"
 JOB_NAME_LABEL = "training.kubeflow.org/job-name"
 NAMESPACE_READY_TIMEOUT_S = 60.0
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("", 0))
-        return probe.getsockname()[1]
 
 
 def demo_job_manifest(

@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import jsonpatch
-from operator_helpers import MASTER_TOKEN
-from stepscope_dev.demojob import free_port
 from stepscope_operator.agent_contract import IMAGE_HOOK_DIR
 from stepscope_operator.agent_token import agent_token_for_namespace
 from stepscope_operator.injection import INJECT_LABEL, InjectionSettings, build_injection_patch
+from support import free_port
+from support.operator_helpers import MASTER_TOKEN
 
 E2E_DIR = Path(__file__).resolve().parent
 AGENT_PORT = 9464

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -126,17 +125,6 @@ def allowed(cluster, questions: list[tuple[str, str, str | None]]) -> dict[str, 
     }
 
 
-def wait_for_port(port: int, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with socket.socket() as probe:
-            probe.settimeout(1)
-            if probe.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.3)
-    raise AssertionError(f"nothing listens on 127.0.0.1:{port} after {timeout}s")
-
-
 def trainer_pod(labels: dict[str, str] | None = None, restricted: bool = False) -> dict:
     container = {
         "name": "pytorch",
@@ -206,13 +194,3 @@ def agent_status(pod: dict, token: str) -> dict | None:
             return json.loads(response.read())
     except OSError:
         return None
-
-
-def wait_until(condition, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = condition()
-        if result:
-            return result
-        time.sleep(1)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")

@@ -37,17 +37,15 @@ from chart_cluster import (
     is_mutated,
     master_token,
     trainer_pod,
-    wait_for_port,
-    wait_until,
 )
 from chart_operator_process import start_chart_operator
 from cryptography import x509
-from stepscope_dev.cluster import free_port
 from stepscope_dev.podrunner import start_podrunner
 from stepscope_operator.agent_contract import AGENT_CONTAINER_NAME, HOOK_DIR
 from stepscope_operator.agent_token import agent_token_for_namespace
 from stepscope_operator.injection import INJECT_LABEL, INJECTED_LABEL
 from stepscope_operator.permissions import REQUIRED_PERMISSIONS
+from support import free_port, wait_for_port, wait_until
 
 pytestmark = pytest.mark.integration
 
