@@ -10,6 +10,7 @@ import pytest
 from e2e_helpers import AGENT_PORT, apply, profile_session, pytorchjob, running_pods
 from stepscope_operator.agent_token import agent_token_for_namespace
 from stepscope_operator.arming import capture_id_for
+from stepscope_operator.targets import PYTORCHJOB_NAME_LABEL
 from support import wait_until
 from support.operator_helpers import MASTER_TOKEN, get_session, session_phase
 
@@ -47,7 +48,7 @@ def test_delete_while_armed_cancels_every_capture(e2e_cluster, namespace, operat
     capture_id = capture_id_for("del-profile", body["metadata"]["uid"])
     pods = json.loads(
         cluster.kubectl(
-            "get", "pods", "-n", namespace, "-l", "training.kubeflow.org/job-name=del", "-o", "json"
+            "get", "pods", "-n", namespace, "-l", f"{PYTORCHJOB_NAME_LABEL}=del", "-o", "json"
         ).stdout
     )["items"]
     ips = [p["status"]["podIP"] for p in pods]

@@ -13,13 +13,15 @@ from pathlib import Path
 
 from stepscope_operator.agent_contract import AGENT_CONTAINER_NAME
 
+from stepscope.api.crds import KINDS
+
 REPO_ROOT = Path(__file__).resolve().parents[3]
 CHART_DIR = REPO_ROOT / "charts" / "stepscope"
 RELEASE = "stepscope"
 NAMESPACE = "stepscope-it"
 ACCOUNT = f"system:serviceaccount:{NAMESPACE}:{RELEASE}"
 S3_SECRET = "stepscope-s3"
-CRDS = ("profilesessions.stepscope.dev", "profileschedules.stepscope.dev")
+CRDS = tuple(kind.name for kind in KINDS)
 # The operator's console script, what the operator image's ENTRYPOINT runs.
 OPERATOR_COMMAND = [str(Path(sys.executable).with_name("stepscope-operator"))]
 # Pods in these tests are bound to a node nobody runs, so no pod runner ever starts them.

@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 from harness_kube import get_json
+from stepscope_operator.targets import PYTORCHJOB_NAME_LABEL
 from support import free_port, wait_until
 
 pytestmark = pytest.mark.integration
 
 TRAINER = Path(__file__).resolve().parents[3] / "dev" / "demo" / "train_ddp.py"
-JOB_LABEL = "training.kubeflow.org/job-name"
 
 
 def _replica(port: int) -> dict:
@@ -78,7 +78,9 @@ def test_a_two_rank_pytorchjob_succeeds(
     logs = {p.name: (p / "pytorch.log").read_text()[-1500:] for p in pods_dir.iterdir()}
     assert conditions.get("Succeeded") == "True", logs
 
-    pods = get_json(local_cluster, "pods", "-n", namespace, "-l", f"{JOB_LABEL}=tiny")["items"]
+    pods = get_json(local_cluster, "pods", "-n", namespace, "-l", f"{PYTORCHJOB_NAME_LABEL}=tiny")[
+        "items"
+    ]
     by_name = {pod["metadata"]["name"]: pod for pod in pods}
     assert set(by_name) == {"tiny-master-0", "tiny-worker-0"}
     for name, pod in by_name.items():
@@ -90,4 +92,4 @@ def test_a_two_rank_pytorchjob_succeeds(
     assert by_name["tiny-worker-0"]["spec"]["initContainers"][0]["name"] == "init-pytorch"
     assert "done: 20 steps on 2 ranks" in logs["tiny-master-0"]
     service = get_json(local_cluster, "service", "tiny-master-0", "-n", namespace)
-    assert service["spec"]["selector"][JOB_LABEL] == "tiny"
+    assert service["spec"]["selector"][PYTORCHJOB_NAME_LABEL] == "tiny"

@@ -8,6 +8,7 @@ import json
 import time
 
 import pytest
+from stepscope_operator.handlers import FINALIZER
 from support import wait_until
 from support.operator_helpers import get_session, session_events, session_phase
 
@@ -95,7 +96,7 @@ def test_deleting_a_session_deletes_its_artifacts(local_cluster, namespace, oper
         lambda: session_phase(local_cluster, namespace, "doomed") == "Failed", 30, "phase Failed"
     )
     body = get_session(local_cluster, namespace, "doomed")
-    assert "stepscope.dev/cleanup" in body["metadata"]["finalizers"]
+    assert FINALIZER in body["metadata"]["finalizers"]
     prefix = session_prefix("stepscope", namespace, "doomed", body["metadata"]["uid"])
     s3 = local_cluster.s3_client()
     for key in ("rank-0/trace.json.gz", "rank-0/summary.json", "report.html"):
