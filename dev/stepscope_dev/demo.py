@@ -3,8 +3,9 @@
 Starts the local control plane, S3, the pod runner, the Kubeflow training operator and the
 stepscope operator; submits the 4-rank CPU PyTorchJob of dev/demo/; applies
 crds/examples/profilesession.yaml; follows the session's phases and Events as they happen;
-then prints `kubectl get` and `kubectl describe` and copies the report and merged trace from
-S3 to a local directory. Everything it started is stopped at the end unless --keep is given.
+then prints `kubectl get` and `kubectl describe`, writes the describe output to
+<out>/describe.txt and copies the report and merged trace from S3 to the same directory.
+Everything it started is stopped at the end unless --keep is given.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ NAMESPACE = "default"
 SESSION = "ddp-demo-profile"
 FINAL_PHASES = ("Succeeded", "PartiallySucceeded", "Failed")
 SESSION_TIMEOUT_S = 600.0
+DESCRIBE_FILE = "describe.txt"
 
 
 def say(message: str) -> None:
@@ -137,7 +139,13 @@ def run_demo(instance: Path, out_dir: Path, keep: bool) -> int:
         print("$ kubectl get profilesessions")
         print(cluster.kubectl("get", "profilesessions", "-n", NAMESPACE).stdout)
         print(f"$ kubectl describe profilesession {SESSION}")
-        print(cluster.kubectl("describe", "profilesession", SESSION, "-n", NAMESPACE).stdout)
+        described = cluster.kubectl("describe", "profilesession", SESSION, "-n", NAMESPACE).stdout
+        print(described)
+        # Kept beside the report: the README's describe block is checked against the same
+        # kubectl output (tests/integration/api/test_readme_describe.py).
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / DESCRIBE_FILE).write_text(described, encoding="utf-8")
+        say(f"describe output: {out_dir / DESCRIBE_FILE}")
         status = body.get("status") or {}
         artifacts = status.get("artifacts") or {}
         if artifacts.get("uri"):
@@ -164,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         "--out",
         type=Path,
         default=REPO_ROOT / "demo-out",
-        help="where the report and merged trace are copied",
+        help="where the describe output, report and merged trace go",
     )
     parser.add_argument(
         "--keep", action="store_true", help="leave the control plane, operator and job running"
