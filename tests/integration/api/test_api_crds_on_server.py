@@ -169,6 +169,16 @@ INVALID_SESSIONS = {
         "spec.target.ranks",
         "target.ranks has a range that runs backwards; write the lower rank first",
     ),
+    "ranks with too many ranges": (
+        {
+            "target": {
+                "pytorchJob": "a",
+                "ranks": ",".join(f"{4 * i}-{4 * i + 1}" for i in range(33)),
+            }
+        },
+        "spec.target.ranks",
+        "target.ranks may hold at most 32 ranges",
+    ),
     "bad job name": (
         {"target": {"pytorchJob": "Llama_FT"}},
         "spec.target.pytorchJob",
@@ -223,8 +233,14 @@ def test_server_rejects_invalid_session(crds_installed, namespace, case: str) ->
 
 @pytest.mark.parametrize(
     "ranks",
-    ["0-3", "0,2-3", "5-5", ",".join(map(str, range(1024)))],
-    ids=["range", "list-and-range", "one-rank-range", "1024-ranks"],
+    [
+        "0-3",
+        "0,2-3",
+        "5-5",
+        ",".join(map(str, range(1024))),
+        ",".join(f"{4 * i}-{4 * i + 2}" for i in range(32)),
+    ],
+    ids=["range", "list-and-range", "one-rank-range", "1024-ranks", "32-ranges"],
 )
 def test_server_accepts_rank_lists_and_ranges(crds_installed, namespace, ranks: str) -> None:
     crds_installed.kubectl(

@@ -137,6 +137,13 @@ BAD_SPECS = {
         "target.ranks",
         "runs backwards; write the lower rank first",
     ),
+    "ranks with too many ranges": (
+        spec(
+            target={"pytorchJob": "a", "ranks": ",".join(f"{4 * i}-{4 * i + 1}" for i in range(33))}
+        ),
+        "target.ranks",
+        "at most 32 ranges",
+    ),
     "ranks open range": (
         spec(target={"pytorchJob": "a", "ranks": "2-"}),
         "target.ranks",
