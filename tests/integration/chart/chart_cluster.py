@@ -7,11 +7,11 @@ import base64
 import json
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
 from stepscope_operator.agent_contract import AGENT_CONTAINER_NAME
+from support import wait_until
 
 from stepscope.api.crds import KINDS
 
@@ -53,12 +53,15 @@ def ensure_namespace(cluster, name: str, labels: dict[str, str] | None = None) -
         )
     # The ServiceAccount admission plugin refuses pods until the namespace's default account
     # exists; the controller manager creates it shortly after the namespace.
-    deadline = time.monotonic() + 30
-    while (
-        cluster.kubectl("-n", name, "get", "serviceaccount", "default", check=False).returncode != 0
-    ):
-        assert time.monotonic() < deadline, f"no default ServiceAccount in {name}"
-        time.sleep(0.3)
+    wait_until(
+        lambda: (
+            cluster.kubectl("-n", name, "get", "serviceaccount", "default", check=False).returncode
+            == 0
+        ),
+        30,
+        f"the default ServiceAccount in {name}",
+        interval=0.3,
+    )
 
 
 def adopt_existing_crds(cluster) -> None:
