@@ -40,6 +40,8 @@ from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from stepscope_dev.net import free_port
+
 REPO = Path(__file__).resolve().parent.parent
 WORKLOAD = REPO / "bench" / "capture_workload.py"
 HOOK_DIR = REPO / "agent_image" / "hook"
@@ -58,12 +60,6 @@ class _Sink(BaseHTTPRequestHandler):
 
     def log_message(self, *args) -> None:
         pass
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class Sidecar:

@@ -73,9 +73,11 @@ def format_table(job: JobSummary) -> str:
             f"rank {job.straggler.rank} (+{job.straggler.excess_ms:.1f} ms, "
             f"z {job.straggler.robust_z:.1f})"
         )
+    bottleneck = job.bottleneck
+    if job.bottleneck_reason:
+        bottleneck += f" ({job.bottleneck_reason})"
     lines.append(
-        f"median step {job.median_step_ms:.2f} ms; bottleneck: {job.bottleneck}; "
-        f"straggler: {straggler}"
+        f"median step {job.median_step_ms:.2f} ms; bottleneck: {bottleneck}; straggler: {straggler}"
     )
     if job.alignment:
         lines.append(

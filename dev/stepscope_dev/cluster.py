@@ -14,7 +14,6 @@ import json
 import os
 import secrets
 import shutil
-import socket
 import ssl
 import subprocess
 import time
@@ -24,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from stepscope_dev import pki as pki_module
+from stepscope_dev.net import free_port
 from stepscope_dev.processes import pid_alive, start_process, stop_pid
 
 STATE_FILE = "instance.json"
@@ -33,12 +33,6 @@ S3_BUCKET = "stepscope"
 # has to be valid and distinct from the 127.0.0.0/8 pod addresses.
 SERVICE_CIDR = "10.96.0.0/16"
 STARTUP_TIMEOUT_S = 120.0
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @dataclass

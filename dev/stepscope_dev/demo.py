@@ -3,8 +3,9 @@
 Starts the local control plane, S3, the pod runner, the Kubeflow training operator and the
 stepscope operator; submits the 4-rank CPU PyTorchJob of dev/demo/; applies
 crds/examples/profilesession.yaml; follows the session's phases and Events as they happen;
-then prints `kubectl get` and `kubectl describe` and copies the report and merged trace from
-S3 to a local directory. Everything it started is stopped at the end unless --keep is given.
+then prints `kubectl get` and `kubectl describe`, writes the describe output to
+<out>/describe.txt and copies the report and merged trace from S3 to the same directory.
+Everything it started is stopped at the end unless --keep is given.
 """
 
 from __future__ import annotations
@@ -25,12 +26,14 @@ from stepscope_dev.operator_process import OperatorProcess, operator_env
 from stepscope_dev.podrunner import start_podrunner
 from stepscope_dev.trainer_controller import start_trainer_controller
 from stepscope_dev.training_operator import start_training_operator
+from stepscope_dev.waiting import wait_until
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 NAMESPACE = "default"
 SESSION = "ddp-demo-profile"
 FINAL_PHASES = ("Succeeded", "PartiallySucceeded", "Failed")
 SESSION_TIMEOUT_S = 600.0
+DESCRIBE_FILE = "describe.txt"
 
 
 def say(message: str) -> None:
@@ -44,16 +47,6 @@ def _start_operator(cluster: LocalCluster, master_token: str) -> None:
     operator.start()
     cluster.pids["stepscope-operator"] = operator.pid
     cluster.save()
-
-
-def _wait(what: str, check, timeout: float, interval: float = 1.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = check()
-        if result:
-            return result
-        time.sleep(interval)
-    raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
 def _session(cluster: LocalCluster) -> dict:
@@ -133,7 +126,9 @@ def run_demo(instance: Path, out_dir: Path, keep: bool, with_trainer: bool = Fal
         submit_demo_job(
             cluster, NAMESPACE, agent_token=agent_token_for_namespace(master_token, NAMESPACE)
         )
-        _wait("the job's 4 pods to run", lambda: job_pods_running(cluster, NAMESPACE), 240)
+        wait_until(
+            lambda: job_pods_running(cluster, NAMESPACE), 240, "the job's 4 pods to run", 1.0
+        )
         say("applying crds/examples/profilesession.yaml")
         cluster.kubectl(
             "apply",
@@ -148,7 +143,13 @@ def run_demo(instance: Path, out_dir: Path, keep: bool, with_trainer: bool = Fal
         print("$ kubectl get profilesessions")
         print(cluster.kubectl("get", "profilesessions", "-n", NAMESPACE).stdout)
         print(f"$ kubectl describe profilesession {SESSION}")
-        print(cluster.kubectl("describe", "profilesession", SESSION, "-n", NAMESPACE).stdout)
+        described = cluster.kubectl("describe", "profilesession", SESSION, "-n", NAMESPACE).stdout
+        print(described)
+        # Kept beside the report: the README's describe block is checked against the same
+        # kubectl output (tests/integration/api/test_readme_describe.py).
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / DESCRIBE_FILE).write_text(described, encoding="utf-8")
+        say(f"describe output: {out_dir / DESCRIBE_FILE}")
         status = body.get("status") or {}
         artifacts = status.get("artifacts") or {}
         if artifacts.get("uri"):
@@ -175,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         "--out",
         type=Path,
         default=REPO_ROOT / "demo-out",
-        help="where the report and merged trace are copied",
+        help="where the describe output, report and merged trace go",
     )
     parser.add_argument(
         "--keep", action="store_true", help="leave the control plane, operator and job running"

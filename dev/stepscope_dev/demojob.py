@@ -10,26 +10,21 @@ from __future__ import annotations
 
 import copy
 import json
-import socket
 import time
 from pathlib import Path
 from typing import Any
 
 import yaml
+from stepscope_operator.target_kinds.pytorchjob import JOB_NAME_LABEL as PYTORCHJOB_NAME_LABEL
+
+from stepscope_dev.net import free_port
 
 DEMO_DIR = Path(__file__).resolve().parents[2] / "dev" / "demo"
 JOB_NAME = "ddp-demo"
 TRAINER_CONFIG_MAP = "ddp-demo-trainer"
 TOKEN_SECRET = "stepscope-agent-token"
 TOKEN_KEY = "token"
-JOB_NAME_LABEL = "training.kubeflow.org/job-name"
 NAMESPACE_READY_TIMEOUT_S = 60.0
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("", 0))
-        return probe.getsockname()[1]
 
 
 def demo_job_manifest(
@@ -131,7 +126,7 @@ def job_pods_running(cluster: Any, namespace: str, name: str = JOB_NAME) -> list
     )
     expected = sum(r.get("replicas", 1) for r in job["spec"]["pytorchReplicaSpecs"].values())
     result = cluster.kubectl(
-        "get", "pods", "-n", namespace, "-l", f"{JOB_NAME_LABEL}={name}", "-o", "json"
+        "get", "pods", "-n", namespace, "-l", f"{PYTORCHJOB_NAME_LABEL}={name}", "-o", "json"
     )
     running = [
         pod

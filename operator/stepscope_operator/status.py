@@ -258,9 +258,7 @@ def summary_from_job(job: JobSummary, unprofiled_step_ms: float | None = None) -
         breakdown=breakdown,
         overlap=overlap,
         straggler=straggler,
-        bottleneck=_timings_bottleneck(job)
-        if timings_only
-        else _BOTTLENECKS.get(job.bottleneck, "compute"),
+        **_bottleneck(job, timings_only),
         findings=findings,
     )
 
@@ -270,9 +268,21 @@ def step_timings_only(job: JobSummary) -> bool:
     return bool(job.ranks) and all(is_step_timings(rank) for rank in job.ranks)
 
 
-def _timings_bottleneck(job: JobSummary) -> str | None:
-    """Step timings can only show a data-loading bottleneck; anything else is unknown."""
-    return "data-loading" if job.bottleneck == "data_loading" else None
+def _bottleneck(job: JobSummary, timings_only: bool) -> dict[str, str | None]:
+    """The status's bottleneck and, when it is unknown, the reason. Step timings can only
+    show a data-loading bottleneck; anything else they cannot tell apart."""
+    if timings_only and job.bottleneck != "data_loading":
+        reason = (
+            "step timings alone cannot tell compute from communication; "
+            "profile with granularity ops to attribute the step"
+        )
+    elif job.bottleneck in _BOTTLENECKS:
+        return {"bottleneck": _BOTTLENECKS[job.bottleneck], "bottleneck_reason": None}
+    else:
+        reason = (
+            job.bottleneck_reason or f"the analysis named no known bottleneck ({job.bottleneck})"
+        )
+    return {"bottleneck": "unknown", "bottleneck_reason": _clip(reason, FINDING_TEXT_MAX_LENGTH)}
 
 
 def set_condition(

@@ -9,13 +9,13 @@ the job object when the kind has one, and passes both in as dicts.
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pydantic import BaseModel, Field
 
+from stepscope.api.rules import parse_rank_list
 from stepscope_operator.target_kinds import (
     InvalidTarget,
     NoLivePods,
@@ -116,25 +116,11 @@ def group_by_pod(targets: Iterable[RankTarget]) -> dict[str, list[RankTarget]]:
     return dict(grouped)
 
 
-_RANK_LIST = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
-
-
 def _parse_rank_list(spec: str) -> set[int]:
-    compact = spec.replace(" ", "")
-    if not _RANK_LIST.match(compact):
-        raise InvalidTarget(
-            f"spec.target.ranks={spec!r} is not understood; write all, one-per-node, "
-            "or a list like 0,3,7 (ranges like 0-3 allowed)"
-        )
-    chosen: set[int] = set()
-    for part in compact.split(","):
-        low, _, high = part.partition("-")
-        if high and int(high) < int(low):
-            raise InvalidTarget(
-                f"spec.target.ranks range {part!r} runs backwards; write {high}-{low}"
-            )
-        chosen.update(range(int(low), int(high or low) + 1))
-    return chosen
+    try:
+        return parse_rank_list(spec, "spec.target.ranks")
+    except ValueError as exc:
+        raise InvalidTarget(str(exc)) from None
 
 
 def _is_live(pod: Mapping[str, Any]) -> bool:

@@ -5,7 +5,8 @@ and a serving certificate once (kept on upgrade), puts the CA into its
 MutatingWebhookConfiguration, and mounts the serving pair into the operator. kopf only serves
 HTTPS with those files (``settings.admission.managed`` stays unset). So the operator needs no RBAC
 on webhook configurations or Secrets, restarts keep the same certificate, and the chart can use a
-namespaceSelector for namespace-level opt-in (kopf's managed mode only knows object labels).
+namespaceSelector for namespace-level opt-in (kopf's managed mode only knows object labels). A
+renewed pair is served without a restart (`stepscope_operator.webhook_tls`).
 
 The chart registers two webhooks with one handler each, told apart by the URL path (kopf routes
 ``/<handler id>``): one for pods labelled ``stepscope.dev/inject=true``, one for pods in namespaces
@@ -23,6 +24,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import ssl
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -40,6 +42,7 @@ from stepscope_operator.injection import (
     build_injection_patch,
 )
 from stepscope_operator.settings import SettingsError
+from stepscope_operator.webhook_tls import NEVER_RESTART, ServingCertificate
 
 POD_LABEL_WEBHOOK = "inject-pod-label"
 """Handler id and URL path of the webhook for pods labelled ``stepscope.dev/inject=true``."""
@@ -51,6 +54,7 @@ ENV: dict[str, str] = {
     "tls_dir": "STEPSCOPE_WEBHOOK_TLS_DIR",
     "listen_address": "STEPSCOPE_WEBHOOK_ADDRESS",
     "port": "STEPSCOPE_WEBHOOK_PORT",
+    "certificate_check_seconds": "STEPSCOPE_WEBHOOK_CERT_CHECK_SECONDS",
     "agent_image": "STEPSCOPE_AGENT_IMAGE",
     "agent_image_pull_policy": "STEPSCOPE_AGENT_IMAGE_PULL_POLICY",
     "agent_resources": "STEPSCOPE_AGENT_RESOURCES",
@@ -73,6 +77,13 @@ class WebhookSettings(BaseModel):
         "The local control plane uses 127.0.0.1 with a URL-mode webhook.",
     )
     port: int = Field(9443, ge=1, le=65535, description="HTTPS port of the webhook server.")
+    certificate_check_seconds: float = Field(
+        10.0,
+        gt=0,
+        description="Seconds between checks of tls.crt/tls.key for a renewed certificate, which "
+        "new connections then get. The kubelet updates a mounted Secret within about a minute, "
+        "so a renewal is served within a minute and this interval.",
+    )
     agent_image: str = Field(
         "ghcr.io/stepscope/stepscope-agent:0.1.0",
         description="Image of the injected sidecar and hook installer; pin it by digest.",
@@ -114,7 +125,16 @@ def register_webhook(
     """Add the injection handlers and the HTTPS server to a kopf registry (the default one unless
     given). Called by the operator's entry point when ``webhook.enabled``."""
     registry = registry or kopf.get_default_registry()
-    kopf.on.startup(registry=registry)(functools.partial(_serve_admission, webhook))
+    assert webhook.tls_dir is not None, "register_webhook is only called when tls_dir is set"
+    try:
+        certificate = ServingCertificate(webhook.tls_dir / "tls.crt", webhook.tls_dir / "tls.key")
+    except (OSError, ssl.SSLError) as exc:
+        raise SettingsError(
+            f"{ENV['tls_dir']}={webhook.tls_dir}: cannot serve tls.crt and tls.key from it ({exc}); "
+            "mount the webhook Secret there or unset the variable"
+        ) from exc
+    kopf.on.startup(registry=registry)(functools.partial(_serve_admission, webhook, certificate))
+    kopf.on.cleanup(registry=registry)(functools.partial(_stop_serving, certificate))
     for handler_id, opted_in_namespace in (
         (POD_LABEL_WEBHOOK, False),
         (NAMESPACE_LABEL_WEBHOOK, True),
@@ -131,15 +151,33 @@ def register_webhook(
         )
 
 
-def _serve_admission(webhook: WebhookSettings, settings: kopf.OperatorSettings, **_: Any) -> None:
-    assert webhook.tls_dir is not None, "register_webhook is only called when tls_dir is set"
-    settings.admission.server = kopf.WebhookServer(
+def webhook_server(webhook: WebhookSettings, certificate: ServingCertificate) -> kopf.WebhookServer:
+    """kopf's HTTPS server on `certificate`'s live context, which reloads renewed files itself."""
+    return kopf.WebhookServer(
         addr=webhook.listen_address,
         port=webhook.port,
-        certfile=str(webhook.tls_dir / "tls.crt"),
-        pkeyfile=str(webhook.tls_dir / "tls.key"),
+        context=certificate.context,
+        # kopf loads these into the same context once, and would otherwise generate a
+        # self-signed certificate; its own restart-on-change is off (see webhook_tls).
+        certfile=str(certificate.certfile),
+        pkeyfile=str(certificate.keyfile),
+        file_check_interval=NEVER_RESTART,
     )
+
+
+async def _serve_admission(
+    webhook: WebhookSettings,
+    certificate: ServingCertificate,
+    settings: kopf.OperatorSettings,
+    **_: Any,
+) -> None:
+    settings.admission.server = webhook_server(webhook, certificate)
     settings.admission.managed = None
+    certificate.start_watching(webhook.certificate_check_seconds)
+
+
+async def _stop_serving(certificate: ServingCertificate, **_: Any) -> None:
+    await certificate.stop()
 
 
 def inject_agent(

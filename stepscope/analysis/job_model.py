@@ -191,7 +191,11 @@ class JobSummary(_Model):
         None, description="Median over common steps of (max - mean) / mean compute time."
     )
     bottleneck: str = Field(
-        "compute", description="The dominant category of the step: compute or what stalls it."
+        "unknown",
+        description="The dominant category of the step: compute, what stalls it, or unknown.",
+    )
+    bottleneck_reason: str | None = Field(
+        None, description="Why the bottleneck is unknown, when it is; None otherwise."
     )
     findings: list[Finding] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)

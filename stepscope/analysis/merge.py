@@ -172,14 +172,17 @@ def _slow_node(
     return None
 
 
-def _bottleneck(breakdown: Breakdown) -> str:
+def _bottleneck(breakdown: Breakdown) -> tuple[str, str | None]:
     """The dominant category, naming what stalls the step rather than compute
-    whenever one non-compute category takes at least a fifth of the step."""
+    whenever one non-compute category takes at least a fifth of the step; "unknown",
+    with the reason, when no step time was attributed to any category."""
+    if breakdown.total_ms <= 0:
+        return "unknown", "no step time was attributed to any category"
     stalls = {name: getattr(breakdown, name) for name in Breakdown.CATEGORIES[1:]}
     worst = max(stalls, key=stalls.get)
-    if breakdown.total_ms > 0 and stalls[worst] >= 0.2 * breakdown.total_ms:
-        return worst.removesuffix("_ms")
-    return "compute"
+    if stalls[worst] >= 0.2 * breakdown.total_ms:
+        return worst.removesuffix("_ms"), None
+    return "compute", None
 
 
 def split_into_jobs(summaries: list[RankSummary]) -> list[list[RankSummary]]:
@@ -233,6 +236,7 @@ def merge_ranks(
             "among these ranks only"
         )
 
+    bottleneck, bottleneck_reason = _bottleneck(mean_breakdown)
     job = JobSummary(
         ranks=summaries,
         placement=where,
@@ -244,7 +248,8 @@ def merge_ranks(
         mean_breakdown=mean_breakdown,
         rank_breakdowns={s.rank: b for s, b in zip(summaries, per_rank)},
         step_imbalance=_step_imbalance(summaries, common),
-        bottleneck=_bottleneck(mean_breakdown),
+        bottleneck=bottleneck,
+        bottleneck_reason=bottleneck_reason,
         notes=notes,
     )
     traced = [s for s in summaries if not is_step_timings(s)]

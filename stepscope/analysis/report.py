@@ -49,13 +49,18 @@ def _facts(job: JobSummary) -> str:
         ("Ranks", str(job.world_size)),
         ("Common steps", ", ".join(map(str, job.common_steps)) or "none"),
         ("Median step time", f"{job.median_step_ms:.2f} ms"),
-        ("Bottleneck", job.bottleneck.replace("_", " ")),
+        ("Bottleneck", _bottleneck_text(job)),
         ("Straggler", straggler),
         ("Load imbalance (median over steps)", imbalance),
         ("Alignment", alignment),
     ]
     body = "".join(f"<tr><td>{escape(k)}</td><td>{escape(v)}</td></tr>" for k, v in rows)
     return f'<table class="facts">{body}</table>'
+
+
+def _bottleneck_text(job: JobSummary) -> str:
+    text = job.bottleneck.replace("_", " ")
+    return f"{text} ({job.bottleneck_reason})" if job.bottleneck_reason else text
 
 
 def _finding(finding: Finding) -> str:

@@ -20,6 +20,7 @@ from stepscope.analysis.reader import IJSON_BACKEND, TraceHeader, TraceReader, T
 from stepscope.analysis.step_windows import Window, step_lookup, step_windows
 from stepscope.analysis.summary_model import (
     MAX_STEP_RECORDS,
+    Breakdown,
     DataLoadingStats,
     HostStats,
     MemoryStats,
@@ -263,6 +264,11 @@ class RankSummaryBuilder:
     def _window_known(self) -> bool:
         return self.window[0] <= self.window[1]
 
+    @property
+    def _gpu_mode(self) -> bool:
+        """Any GPU activity at all: the breakdown then follows the GPU, not the CPU."""
+        return bool(self.devices)
+
     def build(
         self,
         header: TraceHeader,
@@ -277,69 +283,14 @@ class RankSummaryBuilder:
             notes.append(f"read with the slower ijson backend {IJSON_BACKEND!r} (yajl2_c missing)")
         info = header.distributed_info or {}
         rank_value, rank_origin = _resolve_rank(info.get("rank"), rank, notes)
-        gpu_mode = bool(self.devices)
-        device_names = [str(d.get("name")) for d in header.device_properties if d.get("name")]
-        if self.hip_runtime or any("AMD" in n or "Radeon" in n for n in device_names):
-            device_kind = "rocm"
-        else:
-            device_kind = "cuda" if gpu_mode else "cpu"
-        if not gpu_mode and device_names:
-            notes.append(
-                "deviceProperties lists GPUs but the trace has no GPU activity: CPU breakdown used"
-            )
-        if partial_reason and not gpu_mode and device_names:
-            notes.append("partial trace: GPU activity, written last, may be missing")
-        windows, main_tid, repeats = step_windows(self.steps)
-        if not self.steps:
-            notes.append("no ProfilerStep annotations: whole window used")
-            start, end = self.window if self._window_known else (0.0, 0.0)
-            windows = [(-1, start, end)]
-            self.step_totals.rename(WHOLE_TRACE, windows[0])
-            main = self.op_time_by_thread.most_common(1)
-            main_tid = main[0][0] if main else None
-        if repeats:
-            notes.append("step numbers repeat (the profiler was restarted)")
-        if not header.complete and partial_reason is None:
-            notes.append("top-level keys after traceEvents could not be read")
-        if len(self.devices) > 1:
-            notes.append(
-                f"GPU activity on {len(self.devices)} devices; the step breakdown unions them"
-            )
-        if self.nesting.out_of_order:
-            notes.append(
-                f"{self.nesting.out_of_order} CPU ops out of start order: "
-                "self times are approximate"
-            )
-        self.step_totals.add(self.intervals, windows, main_tid, gpu_mode)
-        if gpu_mode:
-            self.device_totals.add(self.intervals)
-        breakdowns, overall, consistent = self.step_totals.breakdowns(windows)
-        if not consistent:
-            notes.append(
-                "step annotations arrived after their GPU activity was summed: "
-                "some step breakdowns are incomplete"
-            )
-        if self.intervals.late:
-            notes.append(
-                f"{self.intervals.late} intervals arrived more than "
-                f"{SEAL_MARGIN_US / 1e6:.0f} s (trace time) out of order: their overlap "
-                "with earlier activity is not resolved"
-            )
-        steps = [
-            StepRecord(
-                step=number,
-                start_us=start,
-                end_us=end,
-                duration_ms=round((end - start) / 1e3, 4),
-                breakdown=breakdown,
-            )
-            for (number, start, end), breakdown in zip(windows, breakdowns)
-        ]
-        dropped_steps = max(0, len(steps) - MAX_STEP_RECORDS)
-        step_of = step_lookup(windows)
-        collectives, dropped = self.collectives.records(step_of)
-        peaks = self.memory_peaks["gpu" if gpu_mode else "cpu"]
+        device_kind, device_names = self._device_kind(header, partial_reason, notes)
+        windows, main_tid = self._step_windows(notes)
+        notes += self._coverage_notes(header, partial_reason)
+        breakdowns, overall = self._breakdowns(windows, main_tid, notes)
+        steps = _step_records(windows, breakdowns)
+        collectives, dropped = self.collectives.records(step_lookup(windows))
         step_count = max(1, len(windows))
+        peaks = self.memory_peaks["gpu" if self._gpu_mode else "cpu"]
         return RankSummary(
             source=source,
             rank=rank_value,
@@ -356,7 +307,7 @@ class RankSummaryBuilder:
             window_start_us=self.window[0] if self._window_known else None,
             window_end_us=self.window[1] if self._window_known else None,
             steps=steps[:MAX_STEP_RECORDS],
-            steps_dropped=dropped_steps,
+            steps_dropped=max(0, len(steps) - MAX_STEP_RECORDS),
             breakdown=overall,
             gpu=self.device_totals.splits(self.devices),
             top_ops=self.ops.top(),
@@ -385,6 +336,88 @@ class RankSummaryBuilder:
                 max_call_ms=round(self.data_loading[2] / 1e3, 4),
             ),
         )
+
+    def _device_kind(
+        self, header: TraceHeader, partial_reason: str | None, notes: list[str]
+    ) -> tuple[str, list[str]]:
+        """cuda, rocm or cpu, and the device names the trace lists, noting any mismatch."""
+        device_names = [str(d.get("name")) for d in header.device_properties if d.get("name")]
+        if self.hip_runtime or any("AMD" in n or "Radeon" in n for n in device_names):
+            device_kind = "rocm"
+        else:
+            device_kind = "cuda" if self._gpu_mode else "cpu"
+        if not self._gpu_mode and device_names:
+            notes.append(
+                "deviceProperties lists GPUs but the trace has no GPU activity: CPU breakdown used"
+            )
+        if partial_reason and not self._gpu_mode and device_names:
+            notes.append("partial trace: GPU activity, written last, may be missing")
+        return device_kind, device_names
+
+    def _step_windows(self, notes: list[str]) -> tuple[list[Window], object]:
+        """The (step, start, end) windows and the main thread; the whole trace is one window
+        (numbered -1) when the trace has no ProfilerStep annotations."""
+        windows, main_tid, repeats = step_windows(self.steps)
+        if not self.steps:
+            notes.append("no ProfilerStep annotations: whole window used")
+            start, end = self.window if self._window_known else (0.0, 0.0)
+            windows = [(-1, start, end)]
+            self.step_totals.rename(WHOLE_TRACE, windows[0])
+            main = self.op_time_by_thread.most_common(1)
+            main_tid = main[0][0] if main else None
+        if repeats:
+            notes.append("step numbers repeat (the profiler was restarted)")
+        return windows, main_tid
+
+    def _coverage_notes(self, header: TraceHeader, partial_reason: str | None) -> list[str]:
+        """What the reader could not see or could only approximate."""
+        notes = []
+        if not header.complete and partial_reason is None:
+            notes.append("top-level keys after traceEvents could not be read")
+        if len(self.devices) > 1:
+            notes.append(
+                f"GPU activity on {len(self.devices)} devices; the step breakdown unions them"
+            )
+        if self.nesting.out_of_order:
+            notes.append(
+                f"{self.nesting.out_of_order} CPU ops out of start order: "
+                "self times are approximate"
+            )
+        return notes
+
+    def _breakdowns(
+        self, windows: list[Window], main_tid: object, notes: list[str]
+    ) -> tuple[list[Breakdown], Breakdown]:
+        """Sum the intervals still held into each step's breakdown and the overall one."""
+        self.step_totals.add(self.intervals, windows, main_tid, self._gpu_mode)
+        if self._gpu_mode:
+            self.device_totals.add(self.intervals)
+        breakdowns, overall, consistent = self.step_totals.breakdowns(windows)
+        if not consistent:
+            notes.append(
+                "step annotations arrived after their GPU activity was summed: "
+                "some step breakdowns are incomplete"
+            )
+        if self.intervals.late:
+            notes.append(
+                f"{self.intervals.late} intervals arrived more than "
+                f"{SEAL_MARGIN_US / 1e6:.0f} s (trace time) out of order: their overlap "
+                "with earlier activity is not resolved"
+            )
+        return breakdowns, overall
+
+
+def _step_records(windows: list[Window], breakdowns: list[Breakdown]) -> list[StepRecord]:
+    return [
+        StepRecord(
+            step=number,
+            start_us=start,
+            end_us=end,
+            duration_ms=round((end - start) / 1e3, 4),
+            breakdown=breakdown,
+        )
+        for (number, start, end), breakdown in zip(windows, breakdowns)
+    ]
 
 
 def _resolve_rank(trace_rank: object, caller_rank: int | None, notes: list[str]) -> tuple[int, str]:

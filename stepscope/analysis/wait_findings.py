@@ -15,7 +15,7 @@ from stepscope.analysis.finding_scale import (
     severity_for,
     typical_ms,
 )
-from stepscope.analysis.job_model import Evidence, Finding, JobSummary
+from stepscope.analysis.job_model import Evidence, Finding, JobSummary, SlowNode, Straggler
 
 # Below this overlap ratio, communication runs essentially after compute.
 LOW_OVERLAP_RATIO = 0.3
@@ -23,43 +23,76 @@ LOW_OVERLAP_RATIO = 0.3
 PERSISTENTLY_LATE = 0.75
 
 
+# What a straggler's longest extra category suggests doing about it.
+_STRAGGLER_ADVICE = {
+    "compute_ms": "it does more work per step than the others: even out the per-rank work "
+    "(shard sizes, sequence-length bucketing, rank-specific logging or evaluation inside "
+    "the step) or check that rank's device for throttling",
+    "data_loading_ms": "its input pipeline is slower: give its DataLoader more workers, "
+    "check the storage or network its data comes from",
+    "host_overhead_ms": "its host launches work more slowly: look for CPU contention on "
+    "its node and pin the process to dedicated cores",
+    "idle_ms": "it spends the time outside any operator: look for rank-conditional Python "
+    "(if rank == ...), sleeps or host contention on that rank",
+    "none": "its own breakdown shows no extra time, so the delay is outside its profiled "
+    "work: check its host for contention or throttling and its network path",
+}
+_OWN_CATEGORIES = ("compute_ms", "data_loading_ms", "host_overhead_ms", "idle_ms")
+
+
 def straggler_or_slow_node(job: JobSummary) -> Finding | None:
+    """One finding for late arrivals: a slow node when all of one node's ranks are late (it
+    explains them better than any one of them), else the straggler rank, if there is one."""
     if job.slow_node is not None:
-        node = job.slow_node
-        impact = pct_of_step(node.gap_ms, job)
-        return Finding(
-            id="slow-node",
-            severity=severity_for(impact),
-            title=f"Node {node.node} is slow: its ranks {node.ranks} all arrive late",
-            evidence=Evidence(
-                text=(
-                    f"Every rank on {node.node} reaches collectives at least {node.gap_ms:.1f} ms "
-                    f"after every rank elsewhere (median lag {node.median_lag_ms:.1f} ms, "
-                    f"{impact:.0f}% of a {job.median_step_ms:.1f} ms step)."
-                ),
-                numbers={"gap_ms": node.gap_ms, "median_lag_ms": node.median_lag_ms},
-            ),
-            confidence=confidence_for(job, impact, 5.0),
-            recommendation=(
-                f"Check node {node.node}: CPU/GPU clocks and thermal throttling, other pods "
-                "sharing it, its NIC and storage. Cordon it and rerun to confirm."
-            ),
-            impact_pct=impact,
-            ranks=node.ranks,
-        )
+        return _slow_node(job, job.slow_node)
     if job.straggler is None:
         return None
-    lagging = job.straggler
-    mine = job.rank_breakdowns[lagging.rank]
-    others = [b for rank, b in job.rank_breakdowns.items() if rank != lagging.rank]
+    return _straggler_rank(job, job.straggler)
+
+
+def _slow_node(job: JobSummary, node: SlowNode) -> Finding:
+    impact = pct_of_step(node.gap_ms, job)
+    return Finding(
+        id="slow-node",
+        severity=severity_for(impact),
+        title=f"Node {node.node} is slow: its ranks {node.ranks} all arrive late",
+        evidence=Evidence(
+            text=(
+                f"Every rank on {node.node} reaches collectives at least {node.gap_ms:.1f} ms "
+                f"after every rank elsewhere (median lag {node.median_lag_ms:.1f} ms, "
+                f"{impact:.0f}% of a {job.median_step_ms:.1f} ms step)."
+            ),
+            numbers={"gap_ms": node.gap_ms, "median_lag_ms": node.median_lag_ms},
+        ),
+        confidence=confidence_for(job, impact, 5.0),
+        recommendation=(
+            f"Check node {node.node}: CPU/GPU clocks and thermal throttling, other pods "
+            "sharing it, its NIC and storage. Cordon it and rerun to confirm."
+        ),
+        impact_pct=impact,
+        ranks=node.ranks,
+    )
+
+
+def _extra_time(job: JobSummary, rank: int) -> tuple[str, dict[str, float]]:
+    """The category in which `rank` spends the most time beyond the other ranks' median
+    ("none" when it spends more in none), and that excess for every category."""
+    mine = job.rank_breakdowns[rank]
+    others = [b for other, b in job.rank_breakdowns.items() if other != rank]
     extra = {
         name: getattr(mine, name) - median([getattr(b, name) for b in others])
-        for name in ("compute_ms", "data_loading_ms", "host_overhead_ms", "idle_ms")
+        for name in _OWN_CATEGORIES
     }
     cause = max(extra, key=extra.get)
-    if extra[cause] <= 0:
-        cause = "none"
-    waiting_others = median([b.comm_exposed_ms for b in others])
+    return (cause if extra[cause] > 0 else "none"), extra
+
+
+def _straggler_rank(job: JobSummary, lagging: Straggler) -> Finding:
+    mine = job.rank_breakdowns[lagging.rank]
+    cause, extra = _extra_time(job, lagging.rank)
+    waiting_others = median(
+        [b.comm_exposed_ms for rank, b in job.rank_breakdowns.items() if rank != lagging.rank]
+    )
     numbers = {
         "median_lag_ms": lagging.median_lag_ms,
         "excess_ms": lagging.excess_ms,
@@ -70,19 +103,6 @@ def straggler_or_slow_node(job: JobSummary) -> Finding | None:
         "comm_exposed_ms": mine.comm_exposed_ms,
         "others_comm_exposed_ms": round(waiting_others, 3),
     }
-    advice = {
-        "compute_ms": "it does more work per step than the others: even out the per-rank work "
-        "(shard sizes, sequence-length bucketing, rank-specific logging or evaluation inside "
-        "the step) or check that rank's device for throttling",
-        "data_loading_ms": "its input pipeline is slower: give its DataLoader more workers, "
-        "check the storage or network its data comes from",
-        "host_overhead_ms": "its host launches work more slowly: look for CPU contention on "
-        "its node and pin the process to dedicated cores",
-        "idle_ms": "it spends the time outside any operator: look for rank-conditional Python "
-        "(if rank == ...), sleeps or host contention on that rank",
-        "none": "its own breakdown shows no extra time, so the delay is outside its profiled "
-        "work: check its host for contention or throttling and its network path",
-    }[cause]
     own = (
         f"It has {extra[cause]:.1f} ms more {cause.removesuffix('_ms')} per step"
         if cause != "none"
@@ -104,7 +124,7 @@ def straggler_or_slow_node(job: JobSummary) -> Finding | None:
             numbers=numbers,
         ),
         confidence=confidence_for(job, lagging.robust_z, 3.5),
-        recommendation=f"Rank {lagging.rank}: {advice}.",
+        recommendation=f"Rank {lagging.rank}: {_STRAGGLER_ADVICE[cause]}.",
         impact_pct=lagging.excess_pct_of_step,
         ranks=[lagging.rank],
     )

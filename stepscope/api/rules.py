@@ -29,8 +29,14 @@ X_VALIDATIONS = "x-kubernetes-validations"
 # Go's time.ParseDuration syntax restricted to whole hours, minutes and seconds, in that
 # order ("168h", "90m", "1h30m"). Go has no days, so neither do we: 7 days is "168h".
 DURATION_PATTERN = r"^([0-9]+h)?([0-9]+m)?([0-9]+s)?$"
-# Which ranks take full traces: every rank, one per node, or an explicit rank list.
-RANKS_PATTERN = r"^(all|one-per-node|[0-9]+(,[0-9]+)*)$"
+# Which ranks take full traces: every rank, one per node, or a list of ranks and ranges
+# ("0,3,7", "0-3,8"). A rank has at most six digits, so CEL's int() never overflows.
+RANK_LIST_ITEM = r"[0-9]{1,6}(-[0-9]{1,6})?"
+RANK_LIST_PATTERN = rf"^{RANK_LIST_ITEM}(,{RANK_LIST_ITEM})*$"
+RANKS_PATTERN = rf"^(all|one-per-node|{RANK_LIST_ITEM}(,{RANK_LIST_ITEM})*)$"
+# How many ranges one list may hold: what the API server's CEL check of their order can afford.
+MAX_RANK_RANGES = 32
+_FEW_RANGES_PATTERN = rf"^[^-]*(-[^-]*){{0,{MAX_RANK_RANGES}}}$"
 # A DNS-1123 subdomain, the syntax of a Kubernetes object name.
 NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 # Five cron fields (minute hour day-of-month month day-of-week) in the classic Vixie cron
@@ -150,6 +156,71 @@ def duration(name: str) -> CelRule:
     )
 
 
+def rank_selection(name: str) -> tuple[CelRule, CelRule, CelRule]:
+    """Which ranks take full traces: the syntax, at most `MAX_RANK_RANGES` ranges, and every
+    range running upwards. The later rules pass what the syntax rule refuses, so each mistake
+    gets one message."""
+    syntax = matches(
+        name,
+        RANKS_PATTERN,
+        RANKS_MAX_LENGTH,
+        "'all', 'one-per-node', or a comma-separated list of ranks and ranges such as "
+        "'0,3,7' or '0-3,8'",
+    )
+    few_ranges = CelRule(
+        cel=f"self.matches({_cel_string(_FEW_RANGES_PATTERN)})",
+        message=(
+            f"{name} may hold at most {MAX_RANK_RANGES} ranges such as 0-3; merge neighbouring "
+            "ranges or list single ranks"
+        ),
+        check=lambda value: _FEW_RANGES.fullmatch(value) is not None,
+    )
+    # CEL has no loop over a string's parts that the API server can afford at this length (a
+    # split(',') comprehension is estimated at 50 times the budget): split at the dashes
+    # instead, at most MAX_RANK_RANGES + 1 parts, and compare the number before each dash
+    # with the one after it.
+    parts = f"self.split('-', {MAX_RANK_RANGES + 1})"
+    indexes = ", ".join(str(i) for i in range(MAX_RANK_RANGES))
+    ascending = CelRule(
+        cel=(
+            f"!self.matches({_cel_string(RANK_LIST_PATTERN)}) || "
+            f"!self.matches({_cel_string(_FEW_RANGES_PATTERN)}) || [{indexes}].all(i, "
+            f"i + 1 >= size({parts}) || "
+            f"int({parts}[i].substring({parts}[i].lastIndexOf(',') + 1)) "
+            f"<= int({parts}[i + 1].split(',')[0]))"
+        ),
+        message=f"{name} has a range that runs backwards; write the lower rank first, e.g. 1-3",
+        check=lambda value: not _RANK_LIST.fullmatch(value) or not _backwards_ranges(value),
+    )
+    return syntax, few_ranges, ascending
+
+
+def parse_rank_list(text: str, name: str = "target.ranks") -> set[int]:
+    """The ranks an explicit list names ("0,3,7" or "0-3,8"); errors name `name` and the fix."""
+    if not _RANK_LIST.fullmatch(text):
+        raise ValueError(
+            f"{name}={text!r} is not understood; write all, one-per-node, or a list of ranks "
+            "and ranges such as 0,3,7 or 0-3,8"
+        )
+    if not _FEW_RANGES.fullmatch(text):
+        raise ValueError(f"{name} holds more than {MAX_RANK_RANGES} ranges; merge some")
+    backwards = _backwards_ranges(text)
+    if backwards:
+        low, high = backwards[0]
+        raise ValueError(f"{name} range '{low}-{high}' runs backwards; write {high}-{low}")
+    chosen: set[int] = set()
+    for part in text.split(","):
+        low, _, high = part.partition("-")
+        chosen.update(range(int(low), int(high or low) + 1))
+    return chosen
+
+
+def _backwards_ranges(text: str) -> list[tuple[int, int]]:
+    """The ranges in a rank list whose first rank is above the last, as (first, last)."""
+    ranges = [tuple(int(n) for n in part.split("-")) for part in text.split(",") if "-" in part]
+    return [(low, high) for low, high in ranges if low > high]
+
+
 def parse_duration(text: str) -> timedelta:
     """Turn a duration accepted by `duration` ("1h30m") into a `timedelta`."""
     found = re.fullmatch(r"(?:([0-9]+)h)?(?:([0-9]+)m)?(?:([0-9]+)s)?", text)
@@ -157,6 +228,10 @@ def parse_duration(text: str) -> timedelta:
         raise ValueError(f"{text!r} is not a duration such as 168h, 90m or 1h30m")
     hours, minutes, seconds = (int(part or 0) for part in found.groups())
     return timedelta(hours=hours, minutes=minutes, seconds=seconds)
+
+
+_RANK_LIST = re.compile(RANK_LIST_PATTERN)
+_FEW_RANGES = re.compile(_FEW_RANGES_PATTERN)
 
 
 def _cel_string(text: str) -> str:

@@ -15,14 +15,12 @@ from pydantic.alias_generators import to_snake
 from stepscope.api.base import ApiModel
 from stepscope.api.meta import LabelSelector
 from stepscope.api.rules import (
-    RANKS_MAX_LENGTH,
-    RANKS_PATTERN,
     CelRule,
     at_least,
     duration,
     in_range,
-    matches,
     object_name,
+    rank_selection,
 )
 from stepscope.api.session_status import ProfileSessionStatus
 
@@ -101,20 +99,12 @@ class TargetSpec(ApiModel):
         ),
         json_schema_extra={"x-kubernetes-map-type": "atomic"},
     )
-    ranks: Annotated[
-        StrictStr,
-        matches(
-            "target.ranks",
-            RANKS_PATTERN,
-            RANKS_MAX_LENGTH,
-            "'all', 'one-per-node', or a comma-separated list of rank numbers such as '0,3,7'",
-        ),
-    ] = Field(
+    ranks: Annotated[StrictStr, *rank_selection("target.ranks")] = Field(
         "all",
         description=(
             "Desired state. Which ranks take full traces: 'all', 'one-per-node' (the lowest "
-            "rank on each node), or a comma-separated list of global ranks such as '0,3,7'. "
-            "Every rank still reports step timings. Default: all."
+            "rank on each node), or a comma-separated list of global ranks and ranges such as "
+            "'0,3,7' or '0-3,8'. Every rank still reports step timings. Default: all."
         ),
     )
 

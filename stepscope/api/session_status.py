@@ -39,7 +39,7 @@ Phase = Literal[
 ]
 TERMINAL_PHASES: frozenset[str] = frozenset({"Succeeded", "PartiallySucceeded", "Failed"})
 Bottleneck = Literal[
-    "compute", "communication", "data-loading", "host-overhead", "idle", "straggler"
+    "compute", "communication", "data-loading", "host-overhead", "idle", "straggler", "unknown"
 ]
 Severity = Literal["info", "low", "medium", "high"]
 Verdict = Literal["regression", "improvement", "unchanged", "inconclusive"]
@@ -248,8 +248,14 @@ class Summary(ApiModel):
         None,
         description=(
             "Observed state. What limits the step: compute, communication, data-loading, "
-            "host-overhead, idle or straggler."
+            "host-overhead, idle or straggler; unknown when it was not measured "
+            "(bottleneckReason says why)."
         ),
+    )
+    bottleneck_reason: str | None = Field(
+        None,
+        max_length=FINDING_TEXT_MAX_LENGTH,
+        description="Observed state. Why the bottleneck is unknown; unset when it is known.",
     )
     findings: list[Finding] = Field(
         default_factory=list,

@@ -5,18 +5,12 @@ exactly as the injection webhook would add it."""
 from __future__ import annotations
 
 import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-
-# The operator helpers are shared with the integration tests.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration" / "operator"))
-
-from operator_helpers import REPO_ROOT, OperatorProcess, operator_env
+from support.operator_helpers import REPO_ROOT, OperatorProcess, operator_env
 
 
 @pytest.fixture(scope="session")

@@ -10,14 +10,17 @@ from pathlib import Path
 from typing import Any
 
 import jsonpatch
-from operator_helpers import MASTER_TOKEN
-from stepscope_dev.demojob import free_port
 from stepscope_operator.agent_contract import IMAGE_HOOK_DIR
 from stepscope_operator.agent_token import agent_token_for_namespace
 from stepscope_operator.injection import INJECT_LABEL, InjectionSettings, build_injection_patch
+from stepscope_operator.target_kinds.pytorchjob import JOB_NAME_LABEL as PYTORCHJOB_NAME_LABEL
+from support import free_port
+from support.operator_helpers import MASTER_TOKEN
+
+from stepscope.api.agent import DEFAULT_PORT
 
 E2E_DIR = Path(__file__).resolve().parent
-AGENT_PORT = 9464
+AGENT_PORT = DEFAULT_PORT
 HOOK_SOURCE = E2E_DIR.parents[1] / "agent_image" / "hook"
 
 
@@ -114,7 +117,7 @@ def running_pods(cluster: Any, namespace: str, job: str) -> Callable[[], bool]:
             "-n",
             namespace,
             "-l",
-            f"training.kubeflow.org/job-name={job}",
+            f"{PYTORCHJOB_NAME_LABEL}={job}",
             "-o",
             "json",
         )

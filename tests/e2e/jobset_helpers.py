@@ -7,9 +7,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-from operator_helpers import OperatorProcess, operator_env
-from stepscope_dev.cluster import free_port
-from stepscope_dev.demojob import free_port as free_master_port
 from stepscope_dev.loopback_webhooks import (
     Webhook,
     register_webhooks,
@@ -20,6 +17,8 @@ from stepscope_dev.loopback_webhooks import (
 from stepscope_operator.injection import INJECT_LABEL
 from stepscope_operator.webhook import ENV as WEBHOOK_ENV
 from stepscope_operator.webhook import NAMESPACE_LABEL_WEBHOOK
+from support import free_port
+from support.operator_helpers import OperatorProcess, operator_env
 
 E2E_DIR = Path(__file__).resolve().parent
 DDP_JOB = E2E_DIR / "ddp_job.py"
@@ -98,7 +97,7 @@ def jobset(namespace: str, name: str, ranks: int, args: list[str]) -> dict[str, 
         {"name": "WORLD_SIZE", "value": str(ranks)},
         {"name": "MASTER_ADDR", "value": f"{name}-workers-0-0.{name}"},
         # torch's TCPStore listens on every interface: a port of its own per job.
-        {"name": "MASTER_PORT", "value": str(free_master_port())},
+        {"name": "MASTER_PORT", "value": str(free_port())},
         {"name": "OMP_NUM_THREADS", "value": "1"},
     ]
     container = {

@@ -8,9 +8,11 @@ import urllib.request
 
 import pytest
 from e2e_helpers import AGENT_PORT, apply, profile_session, pytorchjob, running_pods
-from operator_helpers import MASTER_TOKEN, get_session, session_phase, wait_for
 from stepscope_operator.agent_token import agent_token_for_namespace
 from stepscope_operator.arming import capture_id_for
+from stepscope_operator.target_kinds.pytorchjob import JOB_NAME_LABEL as PYTORCHJOB_NAME_LABEL
+from support import wait_until
+from support.operator_helpers import MASTER_TOKEN, get_session, session_phase
 
 pytestmark = pytest.mark.e2e
 
@@ -30,23 +32,23 @@ def test_delete_while_armed_cancels_every_capture(e2e_cluster, namespace, operat
         cluster,
         pytorchjob(namespace, "del", workers=1, args=["--steps", "4000", "--step-sleep", "0.05"]),
     )
-    wait_for("2 running pods", running_pods(cluster, namespace, "del"), 180)
+    wait_until(running_pods(cluster, namespace, "del"), 180, "2 running pods")
     # A long lead keeps the window in the future while the session is deleted.
     apply(
         cluster,
         profile_session(namespace, "del-profile", "del", leadSeconds=60, timeoutSeconds=300),
     )
-    wait_for(
-        "Armed",
+    wait_until(
         lambda: session_phase(cluster, namespace, "del-profile") == "Armed",
         120,
+        "Armed",
         interval=0.3,
     )
     body = get_session(cluster, namespace, "del-profile")
     capture_id = capture_id_for("del-profile", body["metadata"]["uid"])
     pods = json.loads(
         cluster.kubectl(
-            "get", "pods", "-n", namespace, "-l", "training.kubeflow.org/job-name=del", "-o", "json"
+            "get", "pods", "-n", namespace, "-l", f"{PYTORCHJOB_NAME_LABEL}=del", "-o", "json"
         ).stdout
     )["items"]
     ips = [p["status"]["podIP"] for p in pods]

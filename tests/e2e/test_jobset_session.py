@@ -14,7 +14,8 @@ from jobset_helpers import (
     running_jobset_pods,
     session_for,
 )
-from operator_helpers import get_session, session_phase, wait_for
+from support import wait_until
+from support.operator_helpers import get_session, session_phase
 
 pytestmark = pytest.mark.e2e
 
@@ -26,17 +27,19 @@ def test_a_bare_jobset_is_profiled_on_every_rank_over_the_same_steps(
     apply(
         cluster, jobset(namespace, "js", ranks=2, args=["--steps", "3000", "--step-sleep", "0.05"])
     )
-    pods = wait_for("2 running JobSet pods", running_jobset_pods(cluster, namespace, "js", 2), 180)
+    pods = wait_until(
+        running_jobset_pods(cluster, namespace, "js", 2), 180, "2 running JobSet pods"
+    )
     assert all(is_injected(pod) for pod in pods), "the webhook did not inject the agent"
     apply(cluster, session_for(namespace, "js-profile", {"jobSet": "js"}))
 
-    wait_for(
-        "a final phase",
+    wait_until(
         lambda: (
             session_phase(cluster, namespace, "js-profile")
             in ("Succeeded", "PartiallySucceeded", "Failed")
         ),
         180,
+        "a final phase",
         interval=1,
     )
     status = get_session(cluster, namespace, "js-profile")["status"]

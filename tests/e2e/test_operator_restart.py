@@ -7,7 +7,8 @@ import signal
 
 import pytest
 from e2e_helpers import apply, profile_session, pytorchjob, running_pods
-from operator_helpers import get_session, session_phase, wait_for
+from support import wait_until
+from support.operator_helpers import get_session, session_phase
 
 pytestmark = pytest.mark.e2e
 
@@ -18,14 +19,14 @@ def test_restart_mid_window_resumes_to_a_final_phase(e2e_cluster, namespace, ope
         cluster,
         pytorchjob(namespace, "crash", workers=1, args=["--steps", "4000", "--step-sleep", "0.05"]),
     )
-    wait_for("2 running pods", running_pods(cluster, namespace, "crash"), 180)
+    wait_until(running_pods(cluster, namespace, "crash"), 180, "2 running pods")
     # A long lead leaves time to kill the operator while the agents are armed.
     apply(cluster, profile_session(namespace, "crash-profile", "crash", leadSeconds=15))
     try:
-        wait_for(
-            "Armed",
+        wait_until(
             lambda: session_phase(cluster, namespace, "crash-profile") == "Armed",
             120,
+            "Armed",
             interval=0.3,
         )
     except AssertionError as missed:
@@ -38,13 +39,13 @@ def test_restart_mid_window_resumes_to_a_final_phase(e2e_cluster, namespace, ope
     operator_process.stop(signal.SIGKILL)
     operator_process.start()
 
-    wait_for(
-        "a final phase",
+    wait_until(
         lambda: (
             session_phase(cluster, namespace, "crash-profile")
             in ("Succeeded", "PartiallySucceeded", "Failed")
         ),
         180,
+        "a final phase",
         interval=1,
     )
     status = get_session(cluster, namespace, "crash-profile")["status"]

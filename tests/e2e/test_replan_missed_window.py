@@ -8,13 +8,13 @@ from collections.abc import Iterator
 
 import pytest
 from e2e_helpers import apply, profile_session, pytorchjob, running_pods
-from operator_helpers import (
+from support import wait_until
+from support.operator_helpers import (
     OperatorProcess,
     get_session,
     operator_env,
     session_events,
     session_phase,
-    wait_for,
 )
 
 pytestmark = pytest.mark.e2e
@@ -37,15 +37,15 @@ def test_missed_start_is_replanned_and_succeeds(e2e_cluster, namespace, tight_op
         cluster,
         pytorchjob(namespace, "fast", workers=3, args=["--steps", "200000", "--step-sleep", "0"]),
     )
-    wait_for("4 running pods", running_pods(cluster, namespace, "fast"), 180)
+    wait_until(running_pods(cluster, namespace, "fast"), 180, "4 running pods")
     apply(cluster, profile_session(namespace, "fast-profile", "fast", leadSeconds=0))
-    wait_for(
-        "a final phase",
+    wait_until(
         lambda: (
             session_phase(cluster, namespace, "fast-profile")
             in ("Succeeded", "PartiallySucceeded", "Failed")
         ),
         180,
+        "a final phase",
         interval=1,
     )
     status = get_session(cluster, namespace, "fast-profile")["status"]

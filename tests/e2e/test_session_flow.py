@@ -8,7 +8,8 @@ import json
 
 import pytest
 from e2e_helpers import apply, profile_session, pytorchjob, running_pods
-from operator_helpers import get_session, session_events, session_phase, wait_for
+from support import wait_until
+from support.operator_helpers import get_session, session_events, session_phase
 
 pytestmark = pytest.mark.e2e
 
@@ -19,16 +20,16 @@ def test_session_from_apply_to_analysed_describe(e2e_cluster, namespace, operato
         cluster,
         pytorchjob(namespace, "ddp", workers=3, args=["--steps", "3000", "--step-sleep", "0.05"]),
     )
-    wait_for("4 running pods", running_pods(cluster, namespace, "ddp"), 180)
+    wait_until(running_pods(cluster, namespace, "ddp"), 180, "4 running pods")
     apply(cluster, profile_session(namespace, "ddp-profile", "ddp"))
 
-    final = wait_for(
-        "a final phase",
+    final = wait_until(
         lambda: (
             session_phase(cluster, namespace, "ddp-profile")
             in ("Succeeded", "PartiallySucceeded", "Failed")
         ),
         180,
+        "a final phase",
         interval=1,
     )
     assert final

@@ -7,7 +7,8 @@ import json
 
 import pytest
 from e2e_helpers import apply, profile_session, pytorchjob, running_pods
-from operator_helpers import get_session, session_phase, wait_for
+from support import wait_until
+from support.operator_helpers import get_session, session_phase
 
 pytestmark = pytest.mark.e2e
 
@@ -18,17 +19,17 @@ def test_steps_tier_session_succeeds_with_step_times(e2e_cluster, namespace, ope
         cluster,
         pytorchjob(namespace, "ddp", workers=3, args=["--steps", "3000", "--step-sleep", "0.05"]),
     )
-    wait_for("4 running pods", running_pods(cluster, namespace, "ddp"), 180)
+    wait_until(running_pods(cluster, namespace, "ddp"), 180, "4 running pods")
     session = profile_session(namespace, "ddp-steps", "ddp")
     session["spec"]["granularity"] = "steps"
     apply(cluster, session)
-    wait_for(
-        "a final phase",
+    wait_until(
         lambda: (
             session_phase(cluster, namespace, "ddp-steps")
             in ("Succeeded", "PartiallySucceeded", "Failed")
         ),
         180,
+        "a final phase",
         interval=1,
     )
     status = get_session(cluster, namespace, "ddp-steps")["status"]

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 from e2e_helpers import apply, profile_session, pytorchjob, running_pods
-from operator_helpers import get_session, session_phase, wait_for
+from support import wait_until
+from support.operator_helpers import get_session, session_phase
 
 pytestmark = pytest.mark.e2e
 
@@ -13,15 +14,15 @@ def test_slow_rank_is_named_with_its_pod(e2e_cluster, namespace, operator_proces
     cluster = e2e_cluster
     args = ["--steps", "3000", "--step-sleep", "0.03", "--slow-rank", "2", "--slow-extra", "0.08"]
     apply(cluster, pytorchjob(namespace, "slow", workers=3, args=args))
-    wait_for("4 running pods", running_pods(cluster, namespace, "slow"), 180)
+    wait_until(running_pods(cluster, namespace, "slow"), 180, "4 running pods")
     apply(cluster, profile_session(namespace, "slow-profile", "slow"))
-    wait_for(
-        "a final phase",
+    wait_until(
         lambda: (
             session_phase(cluster, namespace, "slow-profile")
             in ("Succeeded", "PartiallySucceeded", "Failed")
         ),
         180,
+        "a final phase",
         interval=1,
     )
     status = get_session(cluster, namespace, "slow-profile")["status"]

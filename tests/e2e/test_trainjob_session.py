@@ -14,7 +14,8 @@ from jobset_helpers import (
     session_for,
     trainjob,
 )
-from operator_helpers import get_session, session_phase, wait_for
+from support import wait_until
+from support.operator_helpers import get_session, session_phase
 
 pytestmark = pytest.mark.e2e
 
@@ -27,17 +28,19 @@ def test_a_trainjob_is_profiled_on_every_rank_over_the_same_steps(
         cluster,
         trainjob(namespace, "tj", nodes=2, args=["--steps", "3000", "--step-sleep", "0.05"]),
     )
-    pods = wait_for("2 running trainer pods", running_jobset_pods(cluster, namespace, "tj", 2), 180)
+    pods = wait_until(
+        running_jobset_pods(cluster, namespace, "tj", 2), 180, "2 running trainer pods"
+    )
     assert all(is_injected(pod) for pod in pods), "the webhook did not inject the agent"
     apply(cluster, session_for(namespace, "tj-profile", {"trainJob": "tj"}))
 
-    wait_for(
-        "a final phase",
+    wait_until(
         lambda: (
             session_phase(cluster, namespace, "tj-profile")
             in ("Succeeded", "PartiallySucceeded", "Failed")
         ),
         180,
+        "a final phase",
         interval=1,
     )
     status = get_session(cluster, namespace, "tj-profile")["status"]

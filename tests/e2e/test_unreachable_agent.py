@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 from e2e_helpers import apply, profile_session, pytorchjob, running_pods
-from operator_helpers import get_session, session_phase, wait_for
+from support import wait_until
+from support.operator_helpers import get_session, session_phase
 
 pytestmark = pytest.mark.e2e
 
@@ -22,15 +23,15 @@ def test_unreachable_agent_gives_partial_success_naming_the_pod(
         master_agent_port=9999,
     )
     apply(cluster, job)
-    wait_for("3 running pods", running_pods(cluster, namespace, "part"), 180)
+    wait_until(running_pods(cluster, namespace, "part"), 180, "3 running pods")
     apply(cluster, profile_session(namespace, "part-profile", "part", timeoutSeconds=90))
-    wait_for(
-        "a final phase",
+    wait_until(
         lambda: (
             session_phase(cluster, namespace, "part-profile")
             in ("Succeeded", "PartiallySucceeded", "Failed")
         ),
         200,
+        "a final phase",
         interval=1,
     )
     status = get_session(cluster, namespace, "part-profile")["status"]

@@ -26,7 +26,6 @@ import argparse
 import contextlib
 import itertools
 import os
-import socket
 import sys
 import time
 from collections.abc import Iterator
@@ -35,6 +34,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from stepscope_dev.net import free_port
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset
@@ -215,12 +215,6 @@ def run_rank(rank: int, scenario: str, port: int, out_dir: str) -> None:
             prof.step()
     dist.barrier()
     dist.destroy_process_group()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def generate(scenario: str) -> Path:

@@ -18,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from support import free_port
 
 from stepscope.api.agent import ARTIFACTS, capture_path
 from stepscope.storage import RankArtifact, rank_key, session_prefix
@@ -32,14 +33,6 @@ ARTIFACT_FILES = {
     "summary": RankArtifact.SUMMARY,
     "steps": RankArtifact.STEPS,
 }
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @dataclass

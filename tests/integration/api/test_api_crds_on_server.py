@@ -159,6 +159,26 @@ INVALID_SESSIONS = {
         "spec.target.ranks",
         "target.ranks must be 'all', 'one-per-node', or a comma-separated list",
     ),
+    "ranks x": (
+        {"target": {"pytorchJob": "a", "ranks": "x"}},
+        "spec.target.ranks",
+        "a comma-separated list of ranks and ranges such as '0,3,7' or '0-3,8'",
+    ),
+    "ranks backwards range": (
+        {"target": {"pytorchJob": "a", "ranks": "3-1"}},
+        "spec.target.ranks",
+        "target.ranks has a range that runs backwards; write the lower rank first",
+    ),
+    "ranks with too many ranges": (
+        {
+            "target": {
+                "pytorchJob": "a",
+                "ranks": ",".join(f"{4 * i}-{4 * i + 1}" for i in range(33)),
+            }
+        },
+        "spec.target.ranks",
+        "target.ranks may hold at most 32 ranges",
+    ),
     "bad job name": (
         {"target": {"pytorchJob": "Llama_FT"}},
         "spec.target.pytorchJob",
@@ -209,6 +229,34 @@ def test_server_rejects_invalid_session(crds_installed, namespace, case: str) ->
         ProfileSessionSpec.model_validate(spec)
     if any(words in message for message in CEL_MESSAGES):
         assert words in str(caught.value), "pydantic and CEL word the same rule differently"
+
+
+@pytest.mark.parametrize(
+    "ranks",
+    [
+        "0-3",
+        "0,2-3",
+        "5-5",
+        ",".join(map(str, range(1024))),
+        ",".join(f"{4 * i}-{4 * i + 2}" for i in range(32)),
+    ],
+    ids=["range", "list-and-range", "one-rank-range", "1024-ranks", "32-ranges"],
+)
+def test_server_accepts_rank_lists_and_ranges(crds_installed, namespace, ranks: str) -> None:
+    crds_installed.kubectl(
+        "apply",
+        "--server-side",
+        "-n",
+        namespace,
+        "-f",
+        "-",
+        input=session_manifest("ranged", {"target": {"pytorchJob": "a", "ranks": ranks}}),
+    )
+    stored = json.loads(
+        crds_installed.kubectl("get", "pss", "ranged", "-n", namespace, "-o", "json").stdout
+    )
+    assert stored["spec"]["target"]["ranks"] == ranks
+    assert ProfileSessionSpec.model_validate(stored["spec"]).target.ranks == ranks
 
 
 INVALID_SCHEDULES = {

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import base64
 import json
-import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
 from stepscope_operator.agent_contract import AGENT_CONTAINER_NAME
+from support import wait_until
+
+from stepscope.api.crds import KINDS
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 CHART_DIR = REPO_ROOT / "charts" / "stepscope"
@@ -20,7 +21,7 @@ RELEASE = "stepscope"
 NAMESPACE = "stepscope-it"
 ACCOUNT = f"system:serviceaccount:{NAMESPACE}:{RELEASE}"
 S3_SECRET = "stepscope-s3"
-CRDS = ("profilesessions.stepscope.dev", "profileschedules.stepscope.dev")
+CRDS = tuple(kind.name for kind in KINDS)
 # The operator's console script, what the operator image's ENTRYPOINT runs.
 OPERATOR_COMMAND = [str(Path(sys.executable).with_name("stepscope-operator"))]
 # Pods in these tests are bound to a node nobody runs, so no pod runner ever starts them.
@@ -52,12 +53,15 @@ def ensure_namespace(cluster, name: str, labels: dict[str, str] | None = None) -
         )
     # The ServiceAccount admission plugin refuses pods until the namespace's default account
     # exists; the controller manager creates it shortly after the namespace.
-    deadline = time.monotonic() + 30
-    while (
-        cluster.kubectl("-n", name, "get", "serviceaccount", "default", check=False).returncode != 0
-    ):
-        assert time.monotonic() < deadline, f"no default ServiceAccount in {name}"
-        time.sleep(0.3)
+    wait_until(
+        lambda: (
+            cluster.kubectl("-n", name, "get", "serviceaccount", "default", check=False).returncode
+            == 0
+        ),
+        30,
+        f"the default ServiceAccount in {name}",
+        interval=0.3,
+    )
 
 
 def adopt_existing_crds(cluster) -> None:
@@ -124,17 +128,6 @@ def allowed(cluster, questions: list[tuple[str, str, str | None]]) -> dict[str, 
         f"{verb} {resource}": bool(answer["status"].get("allowed"))
         for (verb, resource, _), answer in zip(questions, answers, strict=True)
     }
-
-
-def wait_for_port(port: int, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with socket.socket() as probe:
-            probe.settimeout(1)
-            if probe.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.3)
-    raise AssertionError(f"nothing listens on 127.0.0.1:{port} after {timeout}s")
 
 
 def trainer_pod(labels: dict[str, str] | None = None, restricted: bool = False) -> dict:
@@ -206,13 +199,3 @@ def agent_status(pod: dict, token: str) -> dict | None:
             return json.loads(response.read())
     except OSError:
         return None
-
-
-def wait_until(condition, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = condition()
-        if result:
-            return result
-        time.sleep(1)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")

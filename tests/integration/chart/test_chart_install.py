@@ -37,17 +37,15 @@ from chart_cluster import (
     is_mutated,
     master_token,
     trainer_pod,
-    wait_for_port,
-    wait_until,
 )
 from chart_operator_process import start_chart_operator
 from cryptography import x509
-from stepscope_dev.cluster import free_port
 from stepscope_dev.podrunner import start_podrunner
 from stepscope_operator.agent_contract import AGENT_CONTAINER_NAME, HOOK_DIR
 from stepscope_operator.agent_token import agent_token_for_namespace
 from stepscope_operator.injection import INJECT_LABEL, INJECTED_LABEL
 from stepscope_operator.permissions import REQUIRED_PERMISSIONS
+from support import free_port, wait_for_port, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -350,7 +348,38 @@ def test_injected_pod_runs_its_agent_and_is_profiled_by_the_charts_operator(
     cluster.kubectl("-n", "team-pod", "delete", "pod", "injected-trainer", "--timeout=60s")
 
 
-def test_operator_ran_on_the_charts_permissions_alone(webhook_operator):
+def test_operator_ran_on_the_charts_permissions_alone(webhook_operator, release):
+    # A session with no pods to profile makes the operator list pods, patch status through
+    # every step to Failed and post Events: all with the chart's service account only.
+    cluster = release["cluster"]
+    session = {
+        "apiVersion": "stepscope.dev/v1alpha1",
+        "kind": "ProfileSession",
+        "metadata": {"name": "no-pods", "namespace": "team-pod"},
+        "spec": {
+            "target": {"podSelector": {"matchLabels": {"app": "nothing-runs-this"}}},
+            "window": {"steps": 1, "leadSeconds": 0, "timeoutSeconds": 3},
+        },
+    }
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(session))
+
+    def failed() -> dict | None:
+        body = get_json(cluster, "-n", "team-pod", "profilesession", "no-pods")
+        return body if body.get("status", {}).get("phase") == "Failed" else None
+
+    body = wait_until(failed, 60, "the operator to give up on a session with no pods")
+    ready = next(c for c in body["status"]["conditions"] if c["type"] == "Ready")
+    assert ready["reason"] == "WaitingForPods", ready
+    assert "no running or pending pods" in ready["message"]
+    events = get_json(
+        cluster,
+        "-n",
+        "team-pod",
+        "events",
+        "--field-selector=involvedObject.kind=ProfileSession,involvedObject.name=no-pods",
+    )["items"]
+    assert ("Warning", "Failed") in {(e["type"], e["reason"]) for e in events}, events
+    cluster.kubectl("-n", "team-pod", "delete", "profilesession", "no-pods", "--timeout=60s")
     log = webhook_operator.log()
     assert "Forbidden" not in log and " 403" not in log, log
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 from dockerfile_replay import replay
-from stepscope_dev.cluster import free_port
 from stepscope_operator.agent_contract import HOOK_INSTALL_COMMAND, IMAGE_HOOK_DIR
+from support import free_port
 
 pytestmark = pytest.mark.integration
 

@@ -12,11 +12,11 @@ import json
 import uuid
 
 import pytest
-from harness_kube import wait_for
 from stepscope_dev.jobset_controller import start_jobset_controller
 from stepscope_dev.podrunner import start_podrunner
 from stepscope_dev.trainer_controller import start_trainer_controller
 from stepscope_dev.training_operator import start_training_operator
+from support import wait_until
 
 
 @pytest.fixture(scope="session")
@@ -47,7 +47,7 @@ def namespace(local_cluster, pod_runner):
     """A fresh namespace whose default ServiceAccount exists (pods are refused before that)."""
     name = f"harness-{uuid.uuid4().hex[:8]}"
     local_cluster.kubectl("create", "namespace", name)
-    wait_for(
+    wait_until(
         lambda: (
             local_cluster.kubectl(
                 "get", "serviceaccount", "default", "-n", name, check=False

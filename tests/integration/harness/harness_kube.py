@@ -1,22 +1,9 @@
-"""Small helpers for the harness tests: pod manifests and bounded waits on the API."""
+"""Small helpers for the harness tests: pod manifests and reads from the API."""
 
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
-
-
-def wait_for(condition, *, timeout: float, what: str, interval: float = 0.5):
-    """Poll ``condition`` until it returns something truthy; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = condition()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
 
 
 def python_pod(

@@ -8,8 +8,8 @@ import urllib.error
 import urllib.request
 
 import pytest
-from harness_kube import wait_for
 from stepscope_dev.demojob import job_pods_running, submit_demo_job, wait_for_job
+from support import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -30,7 +30,7 @@ def test_the_demo_job_runs_four_ranks_each_with_its_agent(
 ):
     token = secrets.token_hex(16)
     submit_demo_job(local_cluster, namespace, agent_token=token, steps=150)
-    pods = wait_for(
+    pods = wait_until(
         lambda: job_pods_running(local_cluster, namespace),
         timeout=120,
         what="all four demo pods to run",
@@ -38,7 +38,7 @@ def test_the_demo_job_runs_four_ranks_each_with_its_agent(
     addresses = {pod["metadata"]["name"]: pod["status"]["podIP"] for pod in pods}
     assert len(set(addresses.values())) == 4
     for name, address in addresses.items():
-        code, status = wait_for(
+        code, status = wait_until(
             lambda a=address: _try_status(a, token), timeout=20, what=f"the agent of {name}"
         )
         assert code == 200 and status["pod"] == name and status["namespace"] == namespace

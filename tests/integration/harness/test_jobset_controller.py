@@ -7,7 +7,8 @@ import json
 import subprocess
 
 import pytest
-from harness_kube import get_json, wait_for
+from harness_kube import get_json
+from support import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -75,7 +76,7 @@ def test_a_bare_jobset_runs_its_indexed_pods_to_completion(
         }
         return jobset if "True" in (conditions.get("Completed"), conditions.get("Failed")) else None
 
-    jobset = wait_for(finished, timeout=120, what="JobSet tiny to finish")
+    jobset = wait_until(finished, 120, "JobSet tiny to finish")
     conditions = {c["type"]: c["status"] for c in jobset["status"]["conditions"]}
     pods = get_json(local_cluster, "pods", "-n", namespace, "-l", f"{LABEL}jobset-name=tiny")
     logs = {

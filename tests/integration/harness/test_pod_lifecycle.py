@@ -7,9 +7,10 @@ import os
 import signal
 
 import pytest
-from harness_kube import container_pid, get_json, pod_in_phase, python_pod, wait_for
+from harness_kube import container_pid, get_json, pod_in_phase, python_pod
 from stepscope_dev.podrunner import start_podrunner
 from stepscope_dev.processes import pid_alive
+from support import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -18,7 +19,7 @@ def test_a_pod_runs_to_succeeded_with_its_exit_code_and_log(
     local_cluster, namespace, apply, pod_runner
 ):
     apply(python_pod("hello", namespace, "import os; print('hello from', os.environ['POD_IP'])"))
-    pod = wait_for(
+    pod = wait_until(
         lambda: pod_in_phase(local_cluster, namespace, "hello", "Succeeded", "Failed"),
         timeout=60,
         what="pod hello to finish",
@@ -33,7 +34,7 @@ def test_a_pod_runs_to_succeeded_with_its_exit_code_and_log(
 
 def test_a_failing_pod_reaches_failed_with_its_exit_code(local_cluster, namespace, apply):
     apply(python_pod("crash", namespace, "import sys; sys.exit(3)"))
-    pod = wait_for(
+    pod = wait_until(
         lambda: pod_in_phase(local_cluster, namespace, "crash", "Succeeded", "Failed"),
         timeout=60,
         what="pod crash to finish",
@@ -60,7 +61,7 @@ def test_on_failure_restarts_until_the_container_succeeds(local_cluster, namespa
     )
     pod["spec"]["containers"][0]["volumeMounts"] = [{"name": "scratch", "mountPath": "/scratch"}]
     apply(pod)
-    pod = wait_for(
+    pod = wait_until(
         lambda: pod_in_phase(local_cluster, namespace, "flaky", "Succeeded"),
         timeout=60,
         what="pod flaky to succeed after one restart",
@@ -78,15 +79,15 @@ def test_deleting_a_running_pod_stops_its_processes(local_cluster, namespace, ap
         "time.sleep(600)"
     )
     apply(python_pod("sleeper", namespace, code))
-    pod = wait_for(
+    pod = wait_until(
         lambda: pod_in_phase(local_cluster, namespace, "sleeper", "Running"),
         timeout=60,
         what="pod sleeper to run",
     )
     pid = container_pid(pod, "main")
-    children = wait_for(lambda: _children(pid), timeout=20, what="the container's child process")
+    children = wait_until(lambda: _children(pid), timeout=20, what="the container's child process")
     local_cluster.kubectl("delete", "pod", "sleeper", "-n", namespace, "--wait=false")
-    wait_for(
+    wait_until(
         lambda: get_json(local_cluster, "pod", "sleeper", "-n", namespace) is None,
         timeout=45,
         what="pod sleeper to be removed after its processes stopped",
@@ -124,7 +125,7 @@ def test_a_native_sidecar_shares_a_volume_and_stops_after_the_main_container(
     )
     main["spec"]["containers"][0]["volumeMounts"] = [{"name": "shared", "mountPath": "/shared"}]
     apply(main)
-    pod = wait_for(
+    pod = wait_until(
         lambda: pod_in_phase(local_cluster, namespace, "with-sidecar", "Succeeded", "Failed"),
         timeout=60,
         what="pod with-sidecar to finish",
@@ -148,7 +149,7 @@ def test_a_restarted_runner_fails_the_pods_its_predecessor_ran(
     local_cluster, namespace, apply, pod_runner
 ):
     apply(python_pod("survivor", namespace, "import time; time.sleep(600)"))
-    pod = wait_for(
+    pod = wait_until(
         lambda: pod_in_phase(local_cluster, namespace, "survivor", "Running"),
         timeout=60,
         what="pod survivor to run",
@@ -161,13 +162,13 @@ def test_a_restarted_runner_fails_the_pods_its_predecessor_ran(
     assert pid_alive(pid)
     successor = start_podrunner(local_cluster, die_with_parent=True)
     assert successor.pid != runner.pid and local_cluster.pids["podrunner"] == successor.pid
-    pod = wait_for(
+    pod = wait_until(
         lambda: pod_in_phase(local_cluster, namespace, "survivor", "Failed"),
         timeout=30,
         what="the new runner to fail the orphaned pod",
     )
     assert pod["status"]["reason"] == "NodeRestarted"
-    wait_for(lambda: not pid_alive(pid), timeout=10, what="the orphaned process to be stopped")
+    wait_until(lambda: not pid_alive(pid), timeout=10, what="the orphaned process to be stopped")
 
 
 def test_a_container_without_a_command_fails_with_the_fix_in_its_message(
@@ -176,7 +177,7 @@ def test_a_container_without_a_command_fails_with_the_fix_in_its_message(
     pod = python_pod("image-only", namespace, "")
     del pod["spec"]["containers"][0]["command"]
     apply(pod)
-    pod = wait_for(
+    pod = wait_until(
         lambda: pod_in_phase(local_cluster, namespace, "image-only", "Failed"),
         timeout=30,
         what="pod image-only to fail",

@@ -6,7 +6,8 @@ import ipaddress
 import socket
 
 import pytest
-from harness_kube import pod_in_phase, python_pod, wait_for
+from harness_kube import pod_in_phase, python_pod
+from support import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -28,7 +29,7 @@ def test_each_pod_has_its_own_address_and_port_space(local_cluster, namespace, a
     names = [f"server-{i}" for i in range(3)]
     apply(*(python_pod(name, namespace, SERVE_ON_POD_IP) for name in names))
     pods = [
-        wait_for(
+        wait_until(
             lambda n=name: pod_in_phase(local_cluster, namespace, n, "Running"),
             timeout=60,
             what=f"pod {name} to run",
@@ -41,7 +42,7 @@ def test_each_pod_has_its_own_address_and_port_space(local_cluster, namespace, a
     assert all(pod["status"]["podIPs"] == [{"ip": pod["status"]["podIP"]}] for pod in pods)
     # All three listen on port 8080, each on its own address.
     answers = {
-        address: wait_for(
+        address: wait_until(
             lambda a=address: _try_ask(a), timeout=20, what=f"a server on {address}:8080"
         )
         for address in addresses
@@ -80,12 +81,12 @@ def test_master_addr_naming_a_service_reaches_the_pod_behind_it(local_cluster, n
     # The client comes first: it must wait until the Service has a pod with an address.
     apply(client, service)
     apply(server)
-    master = wait_for(
+    master = wait_until(
         lambda: pod_in_phase(local_cluster, namespace, "master", "Running"),
         timeout=60,
         what="pod master to run",
     )
-    finished = wait_for(
+    finished = wait_until(
         lambda: pod_in_phase(local_cluster, namespace, "client", "Succeeded"),
         timeout=90,
         what="pod client to reach the master",

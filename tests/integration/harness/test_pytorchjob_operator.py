@@ -2,23 +2,16 @@
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 import pytest
-from harness_kube import get_json, wait_for
+from harness_kube import get_json
+from stepscope_operator.target_kinds.pytorchjob import JOB_NAME_LABEL as PYTORCHJOB_NAME_LABEL
+from support import free_port, wait_until
 
 pytestmark = pytest.mark.integration
 
 TRAINER = Path(__file__).resolve().parents[3] / "dev" / "demo" / "train_ddp.py"
-JOB_LABEL = "training.kubeflow.org/job-name"
-
-
-def _free_port() -> int:
-    # TCPStore listens on every interface, so the port must be free on all of them.
-    with socket.socket() as probe:
-        probe.bind(("", 0))
-        return probe.getsockname()[1]
 
 
 def _replica(port: int) -> dict:
@@ -52,7 +45,7 @@ def _replica(port: int) -> dict:
 def test_a_two_rank_pytorchjob_succeeds(
     local_cluster, namespace, apply, training_operator, pod_runner
 ):
-    port = _free_port()
+    port = free_port()
     apply(
         {
             "apiVersion": "v1",
@@ -79,13 +72,15 @@ def test_a_two_rank_pytorchjob_succeeds(
             else None
         )
 
-    job = wait_for(job_finished, timeout=180, what="PyTorchJob tiny to finish")
+    job = wait_until(job_finished, timeout=180, what="PyTorchJob tiny to finish")
     conditions = {c["type"]: c["status"] for c in job["status"]["conditions"]}
     pods_dir = pod_runner / "pods" / namespace
     logs = {p.name: (p / "pytorch.log").read_text()[-1500:] for p in pods_dir.iterdir()}
     assert conditions.get("Succeeded") == "True", logs
 
-    pods = get_json(local_cluster, "pods", "-n", namespace, "-l", f"{JOB_LABEL}=tiny")["items"]
+    pods = get_json(local_cluster, "pods", "-n", namespace, "-l", f"{PYTORCHJOB_NAME_LABEL}=tiny")[
+        "items"
+    ]
     by_name = {pod["metadata"]["name"]: pod for pod in pods}
     assert set(by_name) == {"tiny-master-0", "tiny-worker-0"}
     for name, pod in by_name.items():
@@ -97,4 +92,4 @@ def test_a_two_rank_pytorchjob_succeeds(
     assert by_name["tiny-worker-0"]["spec"]["initContainers"][0]["name"] == "init-pytorch"
     assert "done: 20 steps on 2 ranks" in logs["tiny-master-0"]
     service = get_json(local_cluster, "service", "tiny-master-0", "-n", namespace)
-    assert service["spec"]["selector"][JOB_LABEL] == "tiny"
+    assert service["spec"]["selector"][PYTORCHJOB_NAME_LABEL] == "tiny"

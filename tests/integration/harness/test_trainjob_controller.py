@@ -8,8 +8,9 @@ import json
 from pathlib import Path
 
 import pytest
-from harness_kube import get_json, wait_for
+from harness_kube import get_json
 from stepscope_dev.trainer_controller import TORCH_RUNTIME_NAME
+from support import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -70,7 +71,7 @@ def test_a_two_node_trainjob_runs_torchrun_to_completion(
         }
         return job if "True" in (conditions.get("Complete"), conditions.get("Failed")) else None
 
-    job = wait_for(finished, timeout=180, what="TrainJob tiny to finish")
+    job = wait_until(finished, 180, "TrainJob tiny to finish")
     pods = get_json(local_cluster, "pods", "-n", namespace, "-l", f"{JOBSET_LABEL}jobset-name=tiny")
     logs = {
         p["metadata"]["name"]: (

@@ -13,6 +13,7 @@ from stepscope_dev import versions
 from stepscope_dev.build import ensure_binaries
 from stepscope_dev.cluster import LocalCluster, start_cluster, stop_cluster
 from stepscope_dev.processes import pid_alive
+from support import wait_until
 
 
 def test_api_server_reports_pinned_version(local_cluster):
@@ -45,25 +46,16 @@ def test_rbac_denies_a_service_account_without_grants(local_cluster):
     assert allowed.stdout.strip() == "yes"
 
 
-def _wait_for(condition, timeout: float = 60.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = condition()
-        if result:
-            return result
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-
-
 def test_controller_manager_creates_accounts_and_tokens(local_cluster):
     local_cluster.kubectl("create", "namespace", "token-probe")
-    _wait_for(
+    wait_until(
         lambda: (
             local_cluster.kubectl(
                 "get", "serviceaccount", "default", "-n", "token-probe", check=False
             ).returncode
             == 0
         ),
+        60,
         what="the default ServiceAccount (serviceaccount controller)",
     )
     local_cluster.kubectl(
@@ -92,7 +84,7 @@ def test_controller_manager_creates_accounts_and_tokens(local_cluster):
         )
         return secret.get("data", {}).get("token", "")
 
-    assert _wait_for(token, what="the token controller to fill the Secret")
+    assert wait_until(token, 60, what="the token controller to fill the Secret")
 
 
 def test_garbage_collector_deletes_dependents(local_cluster):
@@ -125,13 +117,14 @@ def test_garbage_collector_deletes_dependents(local_cluster):
         ),
     )
     local_cluster.kubectl("delete", "configmap", "owner", "-n", "gc-probe")
-    _wait_for(
+    wait_until(
         lambda: (
             local_cluster.kubectl(
                 "get", "configmap", "dependent", "-n", "gc-probe", check=False
             ).returncode
             != 0
         ),
+        60,
         what="the garbage collector to delete the dependent",
     )
 

@@ -7,7 +7,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from operator_helpers import REPO_ROOT, OperatorProcess, operator_env
+from support.operator_helpers import REPO_ROOT, OperatorProcess, operator_env
 
 
 @pytest.fixture(scope="session")

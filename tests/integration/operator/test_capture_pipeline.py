@@ -8,7 +8,6 @@ import asyncio
 import gzip
 import json
 import os
-import socket
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
@@ -16,7 +15,6 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from operator_helpers import REPO_ROOT, wait_for
 from stepscope_operator.agent_client import AgentClient
 from stepscope_operator.arming import arm_pod, capture_id_for
 from stepscope_operator.buckets import connect_buckets
@@ -27,6 +25,8 @@ from stepscope_operator.probing import probe_agents
 from stepscope_operator.settings import load_settings
 from stepscope_operator.status import final_phase, judge_ranks, summary_from_job, tally_ranks
 from stepscope_operator.targets import RankTarget
+from support import free_port, wait_until
+from support.operator_helpers import REPO_ROOT
 
 from stepscope.storage import session_prefix
 
@@ -36,12 +36,6 @@ TOKEN = "pipeline-token-0123456789abcdef"
 # Outside 127.0.0.0/16, the pod runner's networks, so it never collides with a pod.
 POD_IP = "127.1.2.3"
 JOB = REPO_ROOT / "tests" / "e2e" / "ddp_job.py"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class Window:
@@ -54,7 +48,7 @@ class Window:
 @pytest.fixture
 def pod(tmp_path: Path):
     """An agent sidecar and a 2-rank DDP job sharing one agent directory, like one pod."""
-    port = _free_port()
+    port = free_port()
     agent_dir = tmp_path / "shared"
     env = dict(
         os.environ,
@@ -82,7 +76,7 @@ def pod(tmp_path: Path):
             "--master_addr",
             "127.0.0.1",
             "--master_port",
-            str(_free_port()),
+            str(free_port()),
             str(JOB),
             "--steps",
             "1500",
@@ -192,4 +186,4 @@ def test_capture_pipeline_from_probe_to_published_artifacts(local_cluster, pod):
     assert summary.straggler is not None and summary.straggler.rank == 1
     assert summary.straggler.pod == "pipeline-pod" and summary.straggler.excess_ms > 20
     buckets.delete_prefix(prefix)
-    wait_for("prefix emptied", lambda: buckets.list_keys(prefix) == [], 10)
+    wait_until(lambda: buckets.list_keys(prefix) == [], 10, "prefix emptied")

@@ -8,13 +8,13 @@ import subprocess
 
 import pytest
 import yaml
-from operator_helpers import (
+from support import wait_until
+from support.operator_helpers import (
     REPO_ROOT,
     OperatorProcess,
     get_session,
     operator_env,
     session_phase,
-    wait_for,
 )
 
 pytestmark = pytest.mark.integration
@@ -95,10 +95,10 @@ def test_session_lifecycle_with_only_the_charts_permissions(
                 "spec": {"target": {kind: "absent"}},
             }
             local_cluster.kubectl("apply", "-f", "-", input=json.dumps(session))
-            wait_for(
-                f"phase Failed of {name}",
+            wait_until(
                 lambda name=name: session_phase(local_cluster, namespace, name) == "Failed",
                 30,
+                f"phase Failed of {name}",
             )
             body = get_session(local_cluster, namespace, name)
             ready = next(c for c in body["status"]["conditions"] if c["type"] == "Ready")

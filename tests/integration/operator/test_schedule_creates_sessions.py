@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from operator_helpers import wait_for
+from support import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -48,7 +48,7 @@ def test_schedule_creates_a_session_each_tick_and_keeps_history(
         )
         return json.loads(result.stdout)["items"]
 
-    sessions = wait_for("a scheduled session", created_sessions, 90, interval=2)
+    sessions = wait_until(created_sessions, 90, "a scheduled session", interval=2)
     session = sessions[0]
     owner = session["metadata"]["ownerReferences"][0]
     assert (
@@ -63,7 +63,7 @@ def test_schedule_creates_a_session_each_tick_and_keeps_history(
         history = status.get("history") or []
         return status if any(run["phase"] == "Failed" for run in history) else None
 
-    status = wait_for("the finished session in the schedule's history", recorded, 60, interval=2)
+    status = wait_until(recorded, 60, "the finished session in the schedule's history", interval=2)
     assert status["history"][0]["session"] == session["metadata"]["name"]
     assert status["lastScheduleTime"]
     ready = next(c for c in status["conditions"] if c["type"] == "Ready")

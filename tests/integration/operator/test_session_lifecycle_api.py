@@ -8,7 +8,9 @@ import json
 import time
 
 import pytest
-from operator_helpers import get_session, session_events, session_phase, wait_for
+from stepscope_operator.handlers import FINALIZER
+from support import wait_until
+from support.operator_helpers import get_session, session_events, session_phase
 
 from stepscope.storage import session_prefix
 
@@ -38,8 +40,8 @@ def _ready(body: dict) -> dict:
 def test_missing_job_fails_fast_with_a_clear_condition(local_cluster, namespace, operator_process):
     started = time.monotonic()
     _apply_session(local_cluster, namespace, "ghost", {"pytorchJob": "no-such-job"})
-    wait_for(
-        "phase Failed", lambda: session_phase(local_cluster, namespace, "ghost") == "Failed", 30
+    wait_until(
+        lambda: session_phase(local_cluster, namespace, "ghost") == "Failed", 30, "phase Failed"
     )
     elapsed = time.monotonic() - started
     body = get_session(local_cluster, namespace, "ghost")
@@ -62,8 +64,8 @@ def test_second_session_on_the_same_target_waits_and_names_the_first(
 ):
     target = {"podSelector": {"matchLabels": {"app": "not-started-yet"}}}
     _apply_session(local_cluster, namespace, "first", target, timeout=30)
-    wait_for(
-        "first planning", lambda: session_phase(local_cluster, namespace, "first") == "Planning", 30
+    wait_until(
+        lambda: session_phase(local_cluster, namespace, "first") == "Planning", 30, "first planning"
     )
     _apply_session(local_cluster, namespace, "second", target, timeout=30)
 
@@ -72,29 +74,29 @@ def test_second_session_on_the_same_target_waits_and_names_the_first(
         status = (body or {}).get("status") or {}
         return status.get("phase") == "Pending" and _ready(body)["reason"] == "TargetBusy" and body
 
-    body = wait_for("second to wait", second_waits, 30)
+    body = wait_until(second_waits, 30, "second to wait")
     assert "waiting for ProfileSession first" in _ready(body)["message"]
     first = get_session(local_cluster, namespace, "first")
     assert _ready(first)["reason"] == "WaitingForPods"
     # Nothing waits forever: with no pods, both end at their timeout with the reason.
-    wait_for(
-        "first to time out",
+    wait_until(
         lambda: session_phase(local_cluster, namespace, "first") == "Failed",
         60,
+        "first to time out",
     )
     assert _ready(get_session(local_cluster, namespace, "first"))["reason"] == "WaitingForPods"
-    wait_for(
-        "second to end", lambda: session_phase(local_cluster, namespace, "second") == "Failed", 60
+    wait_until(
+        lambda: session_phase(local_cluster, namespace, "second") == "Failed", 60, "second to end"
     )
 
 
 def test_deleting_a_session_deletes_its_artifacts(local_cluster, namespace, operator_process):
     _apply_session(local_cluster, namespace, "doomed", {"pytorchJob": "gone"})
-    wait_for(
-        "phase Failed", lambda: session_phase(local_cluster, namespace, "doomed") == "Failed", 30
+    wait_until(
+        lambda: session_phase(local_cluster, namespace, "doomed") == "Failed", 30, "phase Failed"
     )
     body = get_session(local_cluster, namespace, "doomed")
-    assert "stepscope.dev/cleanup" in body["metadata"]["finalizers"]
+    assert FINALIZER in body["metadata"]["finalizers"]
     prefix = session_prefix("stepscope", namespace, "doomed", body["metadata"]["uid"])
     s3 = local_cluster.s3_client()
     for key in ("rank-0/trace.json.gz", "rank-0/summary.json", "report.html"):

@@ -74,8 +74,9 @@ def test_merge_of_step_timings_has_no_collectives_by_design():
     assert "data-loading-bound" not in ids  # 4% of the step is under the 5% floor
     assert step_timings_only(job)
     status = summary_from_job(job)
-    # No breakdown (it would claim 0% communication) and no guessed bottleneck.
-    assert status.breakdown is None and status.bottleneck is None
+    # No breakdown (it would claim 0% communication) and no guessed bottleneck: unknown, and why.
+    assert status.breakdown is None and status.bottleneck == "unknown"
+    assert "cannot tell compute from communication" in status.bottleneck_reason
     assert status.step_time_ms.p50 == pytest.approx(100.0)
     assert "step-timings-only" in [f.id for f in status.findings]
     assert "stepscope report" in render_report(job)
@@ -104,6 +105,7 @@ def test_data_wait_makes_a_data_loading_finding_and_names_the_slow_input_rank():
     assert "data-loading-bound" in {f.id for f in even_job.findings}
     assert even_job.bottleneck == "data_loading"
     assert summary_from_job(even_job).bottleneck == "data-loading"
+    assert summary_from_job(even_job).bottleneck_reason is None
 
 
 def test_zero_collectives_still_fails_for_trace_summaries():

@@ -4,25 +4,20 @@ events) reads as the run was built."""
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from support import free_port
 
 from stepscope.analysis import summarize_rank
 
-pytest.importorskip("torch")
-TRAINER = Path(__file__).with_name("gloo_ddp_trainer.py")
-ACTIVE_STEPS = 3  # gloo_ddp_trainer.ACTIVE_STEPS
-SLOW_BATCH_MS = 20.0  # gloo_ddp_trainer.SLOW_BATCH_S
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+# The trainer imports torch: without it there is nothing to run. Its own numbers are the truth.
+trainer = pytest.importorskip("gloo_ddp_trainer")
+TRAINER = Path(trainer.__file__)
+ACTIVE_STEPS = trainer.ACTIVE_STEPS
+SLOW_BATCH_MS = trainer.SLOW_BATCH_S * 1000.0
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +32,7 @@ def traces(tmp_path_factory) -> list[Path]:
         "--master_addr",
         "127.0.0.1",
         "--master_port",
-        str(_free_port()),
+        str(free_port()),
         str(TRAINER),
         str(out),
     ]

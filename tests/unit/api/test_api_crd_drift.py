@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 from stepscope.api import crdgen
@@ -15,8 +19,18 @@ def test_committed_crds_match_the_models(out) -> None:
     )
 
 
-def test_generation_is_deterministic() -> None:
-    assert crdgen.render_crds() == crdgen.render_crds()
+@pytest.mark.parametrize("hash_seed", ["1", "2"])
+def test_generation_is_deterministic(tmp_path, hash_seed: str) -> None:
+    # A fresh interpreter with another hash seed orders sets and dict-built schemas its own
+    # way; text that depended on such an order would differ from this process's.
+    out = tmp_path / "crds"
+    subprocess.run(
+        [sys.executable, "-m", "stepscope.api.crdgen", "--out", str(out)],
+        check=True,
+        env={**os.environ, "PYTHONHASHSEED": hash_seed},
+    )
+    generated = {path.name: path.read_text(encoding="utf-8") for path in out.iterdir()}
+    assert generated == crdgen.render_crds()
 
 
 def test_every_file_says_it_is_generated() -> None:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 import yaml
 from pydantic import ValidationError
+from stepscope_operator.scheduling import next_tick
 
 from stepscope.api import ProfileSchedule, ProfileScheduleSpec
 
@@ -32,11 +34,25 @@ def test_defaults() -> None:
     assert spec.session_template.window.steps == 5
 
 
+# From Monday 2026-01-05 01:00 UTC, the next tick each schedule asks for.
+CRON_FROM = datetime(2026, 1, 5, 1, 0, tzinfo=UTC)
+
+
 @pytest.mark.parametrize(
-    "cron", ["0 */6 * * *", "*/15 * * * *", "30 2 * * 1-5", "0 0 1 JAN,JUL *", " 5 4 * * SUN "]
+    ("cron", "next_run"),
+    [
+        ("0 */6 * * *", datetime(2026, 1, 5, 6, 0, tzinfo=UTC)),
+        ("*/15 * * * *", datetime(2026, 1, 5, 1, 15, tzinfo=UTC)),
+        ("30 2 * * 1-5", datetime(2026, 1, 5, 2, 30, tzinfo=UTC)),
+        ("0 0 1 JAN,JUL *", datetime(2026, 7, 1, 0, 0, tzinfo=UTC)),
+        (" 5 4 * * SUN ", datetime(2026, 1, 11, 4, 5, tzinfo=UTC)),
+    ],
 )
-def test_good_cron(cron: str) -> None:
-    ProfileScheduleSpec.model_validate({"schedule": cron, "sessionTemplate": TEMPLATE})
+def test_good_cron(cron: str, next_run: datetime) -> None:
+    spec = ProfileScheduleSpec.model_validate({"schedule": cron, "sessionTemplate": TEMPLATE})
+    assert spec.schedule == cron
+    # The operator schedules from exactly this text.
+    assert next_tick(spec.schedule, CRON_FROM) == next_run
 
 
 @pytest.mark.parametrize(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,7 @@ import yaml
 from pydantic import ValidationError
 
 from stepscope.api import ProfileSession, ProfileSessionSpec, TargetKind, describe_target
+from stepscope.api.rules import parse_duration, parse_rank_list
 from stepscope.api.session import TargetSpec
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "crds" / "examples" / "profilesession.yaml"
@@ -56,23 +58,46 @@ def test_python_names_are_accepted_too() -> None:
 
 
 @pytest.mark.parametrize(
-    "target",
+    ("target", "described", "ranks"),
     [
-        {"pytorchJob": "a"},
-        {"trainJob": "b.v2"},
-        {"podSelector": {"matchLabels": {"app": "train"}}},
-        {"podSelector": {"matchExpressions": [{"key": "app", "operator": "Exists"}]}},
-        {"pytorchJob": "a", "ranks": "one-per-node"},
-        {"pytorchJob": "a", "ranks": "0,3,7"},
+        ({"pytorchJob": "a"}, "pytorchjob/a", "all"),
+        ({"trainJob": "b.v2"}, "trainjob/b.v2", "all"),
+        ({"podSelector": {"matchLabels": {"app": "train"}}}, "pods/app=train", "all"),
+        (
+            {"podSelector": {"matchExpressions": [{"key": "app", "operator": "Exists"}]}},
+            "pods/app Exists",
+            "all",
+        ),
+        ({"pytorchJob": "a", "ranks": "one-per-node"}, "pytorchjob/a", "one-per-node"),
+        ({"pytorchJob": "a", "ranks": "0,3,7"}, "pytorchjob/a", {0, 3, 7}),
+        ({"pytorchJob": "a", "ranks": "0-3"}, "pytorchjob/a", {0, 1, 2, 3}),
+        ({"pytorchJob": "a", "ranks": "0,2-3,9"}, "pytorchjob/a", {0, 2, 3, 9}),
+        ({"pytorchJob": "a", "ranks": "5-5"}, "pytorchjob/a", {5}),
     ],
 )
-def test_good_targets(target: dict) -> None:
-    ProfileSessionSpec.model_validate(spec(target=target))
+def test_good_targets(target: dict, described: str, ranks: str | set[int]) -> None:
+    loaded = ProfileSessionSpec.model_validate(spec(target=target)).target
+    assert describe_target(loaded) == described
+    if isinstance(ranks, set):
+        assert parse_rank_list(loaded.ranks) == ranks
+    else:
+        assert loaded.ranks == ranks
 
 
-@pytest.mark.parametrize("retention", ["168h", "30m", "1h30m", "45s", "2h0m0s"])
-def test_good_retentions(retention: str) -> None:
-    ProfileSessionSpec.model_validate(spec(artifacts={"retention": retention}))
+@pytest.mark.parametrize(
+    ("retention", "expected"),
+    [
+        ("168h", timedelta(days=7)),
+        ("30m", timedelta(minutes=30)),
+        ("1h30m", timedelta(minutes=90)),
+        ("45s", timedelta(seconds=45)),
+        ("2h0m0s", timedelta(hours=2)),
+    ],
+)
+def test_good_retentions(retention: str, expected: timedelta) -> None:
+    loaded = ProfileSessionSpec.model_validate(spec(artifacts={"retention": retention}))
+    assert loaded.artifacts.retention == retention
+    assert parse_duration(loaded.artifacts.retention) == expected
 
 
 # Each bad spec, where pydantic reports it, and words the message must contain.
@@ -122,6 +147,23 @@ BAD_SPECS = {
     ),
     "retention zero": (spec(artifacts={"retention": "0h"}), "artifacts.retention", "positive"),
     "ranks words": (spec(target={"pytorchJob": "a", "ranks": "first"}), "target.ranks", "'0,3,7'"),
+    "ranks backwards range": (
+        spec(target={"pytorchJob": "a", "ranks": "0,3-1"}),
+        "target.ranks",
+        "runs backwards; write the lower rank first",
+    ),
+    "ranks with too many ranges": (
+        spec(
+            target={"pytorchJob": "a", "ranks": ",".join(f"{4 * i}-{4 * i + 1}" for i in range(33))}
+        ),
+        "target.ranks",
+        "at most 32 ranges",
+    ),
+    "ranks open range": (
+        spec(target={"pytorchJob": "a", "ranks": "2-"}),
+        "target.ranks",
+        "ranks and ranges such as '0,3,7' or '0-3,8'",
+    ),
     "ranks trailing comma": (
         spec(target={"pytorchJob": "a", "ranks": "0,3,"}),
         "target.ranks",

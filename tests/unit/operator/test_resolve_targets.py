@@ -108,7 +108,7 @@ def test_pod_selector_numbers_pods_by_name_without_rank_env():
 
 def test_explicit_rank_list_and_ranges():
     pods = [ptj_pod(f"w{i}", "worker", i) for i in range(8)]  # ranks 1..8
-    targets = resolve_targets("pytorchJob", "1,3-4, 8", pods)
+    targets = resolve_targets("pytorchJob", "1,3-4,8", pods)
     assert {t.rank for t in targets if t.trace} == {1, 3, 4, 8}
     assert len(targets) == 8  # untraced ranks still report step timings
 

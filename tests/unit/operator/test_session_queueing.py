@@ -45,9 +45,10 @@ def test_same_creation_time_breaks_ties_by_name():
 
 def test_target_keys_and_active_sessions():
     assert target_key({"trainJob": "tj"}) == ("trainJob", "tj")
-    assert target_key({"podSelector": {"matchLabels": {"a": "1"}}}) == target_key(
-        {"podSelector": {"matchLabels": {"a": "1"}}}
-    )
+    selector = target_key({"podSelector": {"matchLabels": {"a": "1"}}})
+    assert selector[0] == "podSelector"
+    assert selector == target_key({"podSelector": {"matchLabels": {"a": "1"}}})
+    assert selector != target_key({"podSelector": {"matchLabels": {"a": "2"}}})
     sessions = [
         session("p", "t", phase="Pending"),
         session("c", "t", phase="Capturing"),

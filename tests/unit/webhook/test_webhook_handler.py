@@ -1,11 +1,13 @@
 """The kopf handler: the patch kopf sends back equals build_injection_patch's, and problems
 become warnings, never a refused pod."""
 
+import asyncio
 import logging
 
 import jsonpatch
 import kopf
 import pytest
+from stepscope_dev.pki import create_pki
 from stepscope_operator.agent_token import agent_token_for_namespace
 from stepscope_operator.injection import INJECT_LABEL
 from stepscope_operator.settings import SettingsError
@@ -82,20 +84,43 @@ def test_a_pod_that_cannot_be_injected_is_allowed_unchanged_with_a_warning():
     assert len(warnings) == 1 and "stepscope.dev/container='x'" in warnings[0]
 
 
-def test_registration_adds_two_create_handlers_and_a_startup_that_serves_the_tls_files():
+def test_registration_adds_two_create_handlers_and_a_startup_that_serves_the_tls_files(tmp_path):
+    pki = create_pki(tmp_path / "pki")
+    tls = tmp_path / "tls"
+    tls.mkdir()
+    (tls / "tls.crt").write_bytes(pki.serving_cert.read_bytes())
+    (tls / "tls.key").write_bytes(pki.serving_key.read_bytes())
+    webhook = WEBHOOK.model_copy(update={"tls_dir": tls})
     registry = kopf.OperatorRegistry()
-    register_webhook(WEBHOOK, master_token="m" * 32, agent_port=9464, registry=registry)
+    register_webhook(webhook, master_token="m" * 32, agent_port=9464, registry=registry)
     handlers = registry._webhooks.get_all_handlers()
     assert sorted(h.id for h in handlers) == sorted([POD_LABEL_WEBHOOK, NAMESPACE_LABEL_WEBHOOK])
     assert all(h.operations == ["CREATE"] for h in handlers)
 
     settings = kopf.OperatorSettings()
-    [startup] = registry._activities.get_all_handlers()
-    startup.fn(settings=settings)
+    activities = registry._activities.get_all_handlers()
+    [startup] = [a for a in activities if a.activity == "startup"]
+    [cleanup] = [a for a in activities if a.activity == "cleanup"]
+
+    async def start_and_clean_up() -> None:
+        await startup.fn(settings=settings)
+        await cleanup.fn()
+
+    asyncio.run(start_and_clean_up())
     server = settings.admission.server
     assert isinstance(server, kopf.WebhookServer)
-    assert (server.certfile, server.pkeyfile, server.port) == ("/tls/tls.crt", "/tls/tls.key", 9443)
+    assert (server.certfile, server.pkeyfile, server.port) == (
+        str(tls / "tls.crt"),
+        str(tls / "tls.key"),
+        9443,
+    )
     assert settings.admission.managed is None
+
+
+def test_a_tls_dir_without_a_certificate_names_the_variable(tmp_path):
+    webhook = WEBHOOK.model_copy(update={"tls_dir": tmp_path})
+    with pytest.raises(SettingsError, match="STEPSCOPE_WEBHOOK_TLS_DIR=.*tls.crt"):
+        register_webhook(webhook, master_token="m" * 32, agent_port=9464)
 
 
 def test_settings_come_from_the_environment_and_default_to_disabled():

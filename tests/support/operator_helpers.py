@@ -1,11 +1,9 @@
 """Helpers shared by the operator's integration and e2e tests: run the real
-`stepscope-operator` process, read sessions and events, and wait with a bound."""
+`stepscope-operator` process and read sessions and events."""
 
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable
 from typing import Any
 
 from stepscope_dev.operator_process import REPO_ROOT, OperatorProcess
@@ -32,17 +30,6 @@ def get_session(local_cluster, namespace: str, name: str) -> dict[str, Any] | No
         "get", "profilesession", name, "-n", namespace, "-o", "json", check=False
     )
     return json.loads(result.stdout) if result.returncode == 0 else None
-
-
-def wait_for(what: str, check: Callable[[], Any], timeout: float, interval: float = 0.5) -> Any:
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}; last: {last!r}")
 
 
 def session_phase(local_cluster, namespace: str, name: str) -> str | None:
