@@ -18,6 +18,7 @@ from pydantic import Field, model_validator
 
 from stepscope.api.base import ApiModel
 from stepscope.api.meta import MAX_CONDITIONS, Condition
+from stepscope.failures import FailureCode
 
 # Lists of ranks in status name at most this many ranks; the counts say how many there were.
 MAX_LISTED_RANKS = 10
@@ -148,6 +149,14 @@ class RankFailure(RankRef):
     reason: str = Field(
         max_length=FAILURE_REASON_MAX_LENGTH,
         description="Observed state. Why the capture failed, in words for people.",
+    )
+    code: FailureCode | None = Field(
+        None,
+        description=(
+            "Observed state. The agent's failure code (see docs/agent.md), when the agent "
+            "reported one; unset when the operator judged the rank itself (still running "
+            "at the deadline)."
+        ),
     )
 
 

@@ -97,6 +97,8 @@ def test_unreachable_pod_is_missing_and_named_in_partial_success():
     assert ranks.captured == 1 and ranks.misaligned == 1
     assert [(r.rank, r.pod) for r in ranks.missing] == [(1, "pod-1")]
     assert ranks.failed[0].rank == 2 and "not_reached: deadline passed" in ranks.failed[0].reason
+    assert ranks.failed[0].code == FailureCode.DEADLINE_BEFORE_START
+    assert ranks.to_wire()["failed"][0]["code"] == "deadline_before_start"
     phase, reason, message = final_phase(ranks)
     assert phase == "PartiallySucceeded" and reason == "SomeRanksMissing"
     assert (
@@ -118,6 +120,7 @@ def test_rank_still_capturing_at_deadline_fails_and_nothing_captured_is_failed()
         "still capturing at the deadline",
         "still armed at the deadline",
     ]
+    assert [f.code for f in ranks.failed] == [None, None]  # the operator's own judgement
     assert final_phase(ranks)[:2] == ("Failed", "NoRankCaptured")
 
 
