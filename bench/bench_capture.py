@@ -216,6 +216,8 @@ def hook_cost_per_step_us(calls: int = 20_000, idle_seconds: float = 5.0) -> dic
     from stepscope_agent import messages, settings
     from stepscope_agent.runtime import Runtime
 
+    from stepscope.tiers import Tier
+
     with tempfile.TemporaryDirectory(prefix="bench-hook-") as agent_dir:
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         listener.bind(settings.socket_path(agent_dir))
@@ -231,15 +233,14 @@ def hook_cost_per_step_us(calls: int = 20_000, idle_seconds: float = 5.0) -> dic
         idle = (time.perf_counter() - began) / calls * 1e6
         first = hook.counter.current + 1
         hook.channel.commands.append(
-            {
-                "type": messages.ARM,
-                "captureId": "cost",
-                "startStep": first,
-                "steps": calls + 10,
-                "warmupSteps": 0,
-                "tier": "steps",
-                "trace": False,
-            }
+            messages.Arm(
+                capture_id="cost",
+                start_step=first,
+                steps=calls + 10,
+                warmup_steps=0,
+                tier=Tier.STEPS,
+                trace=False,
+            )
         )
         step(optimizer)
         began = time.perf_counter()

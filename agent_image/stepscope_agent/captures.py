@@ -12,9 +12,11 @@ from datetime import datetime
 
 from stepscope.api.agent import (
     FINAL_STATES,
+    CaptureFailure,
     CaptureRequest,
     CaptureState,
     CaptureStatus,
+    FailureCode,
     RankCaptureStatus,
     overall_state,
 )
@@ -100,7 +102,13 @@ class CaptureBook:
                 capture.cancelled = True
                 for r in capture.ranks.values():
                     if r.state not in FINAL_STATES:
-                        r.state = CaptureState.CANCELLED
+                        end_rank(
+                            r,
+                            CaptureState.CANCELLED,
+                            FailureCode.CANCELLED,
+                            "the capture was cancelled",
+                            capture.request.start_step,
+                        )
             return capture
 
     def update(self, capture_id: str, rank: int, **changes) -> Capture | None:
@@ -122,14 +130,25 @@ class CaptureBook:
                 status = capture.ranks.get(rank)
                 if status is None:
                     continue
+                start = capture.request.start_step
                 if status.state == CaptureState.ARMED:
-                    status.state = CaptureState.NOT_REACHED
-                    status.reason = (
-                        f"trainer exited {where}, before start step {capture.request.start_step}"
+                    end_rank(
+                        status,
+                        CaptureState.NOT_REACHED,
+                        FailureCode.TRAINER_EXITED_BEFORE_START,
+                        f"trainer exited {where}, before start step {start}",
+                        start,
+                        last_step,
                     )
                 elif status.state == CaptureState.CAPTURING:
-                    status.state = CaptureState.FAILED
-                    status.reason = f"trainer exited {where}, inside the window"
+                    end_rank(
+                        status,
+                        CaptureState.FAILED,
+                        FailureCode.TRAINER_EXITED_IN_WINDOW,
+                        f"trainer exited {where}, inside the window",
+                        start,
+                        last_step,
+                    )
 
     def expire(self, now: datetime) -> None:
         """Past its deadline, a rank that never started is not_reached and one still
@@ -138,13 +157,38 @@ class CaptureBook:
             for capture in self._captures.values():
                 if now < capture.request.deadline:
                     continue
+                start = capture.request.start_step
                 for status in capture.ranks.values():
                     if status.state == CaptureState.ARMED:
-                        status.state = CaptureState.NOT_REACHED
-                        status.reason = (
-                            f"did not reach start step {capture.request.start_step} "
-                            f"before the deadline {capture.request.deadline.isoformat()}"
+                        end_rank(
+                            status,
+                            CaptureState.NOT_REACHED,
+                            FailureCode.DEADLINE_BEFORE_START,
+                            f"did not reach start step {start} "
+                            f"before the deadline {capture.request.deadline.isoformat()}",
+                            start,
                         )
                     elif status.state == CaptureState.CAPTURING:
-                        status.state = CaptureState.FAILED
-                        status.reason = "window still open at the deadline"
+                        end_rank(
+                            status,
+                            CaptureState.FAILED,
+                            FailureCode.DEADLINE_IN_WINDOW,
+                            "window still open at the deadline",
+                            start,
+                        )
+
+
+def end_rank(
+    status: RankCaptureStatus,
+    state: CaptureState,
+    code: FailureCode,
+    message: str,
+    start_step: int,
+    reached_step: int | None = None,
+) -> None:
+    """End one rank's capture with a failure; its reason repeats the message for people."""
+    status.state = state
+    status.failure = CaptureFailure(
+        code=code, message=message, reached_step=reached_step, start_step=start_step
+    )
+    status.reason = message

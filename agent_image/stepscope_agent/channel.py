@@ -19,15 +19,22 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from stepscope_agent import messages, settings
 
-DISCONNECTED = "disconnected"
+
+@dataclass(frozen=True)
+class Disconnected:
+    """Queued as a command when the sidecar goes away; it never travels on the socket."""
 
 
 class Channel:
     def __init__(
-        self, socket_path: str, hello: Callable[[], dict], progress: Callable[[], dict]
+        self,
+        socket_path: str,
+        hello: Callable[[], messages.Hello],
+        progress: Callable[[], messages.Progress],
     ) -> None:
         self._socket_path = socket_path
         self._hello = hello
@@ -39,15 +46,15 @@ class Channel:
         self._wake_read, self._wake_write = os.pipe()
         os.set_blocking(self._wake_read, False)
         os.set_blocking(self._wake_write, False)
-        self.commands: deque[dict] = deque()
+        self.commands: deque[messages.Message | Disconnected] = deque()
         self._thread = threading.Thread(target=self._run, name="stepscope-channel", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
         atexit.register(self.flush, settings.EXIT_FLUSH_S)
 
-    def send(self, message_type: str, **fields) -> None:
-        self._outgoing.append(messages.encode(message_type, **fields))
+    def send(self, message: messages.Message) -> None:
+        self._outgoing.append(messages.encode(message))
         self._queued += 1
         # A full pipe already means "wake up"; nothing else can go wrong that matters here.
         with contextlib.suppress(OSError):
@@ -74,7 +81,7 @@ class Channel:
             delay = min(delay * 2, settings.RECONNECT_MAX_S)
 
     def _serve(self, sock: socket.socket) -> None:
-        sock.sendall(messages.encode(messages.HELLO, **self._hello()))
+        sock.sendall(messages.encode(self._hello()))
         selector = selectors.DefaultSelector()
         selector.register(sock, selectors.EVENT_READ)
         selector.register(self._wake_read, selectors.EVENT_READ)
@@ -85,7 +92,7 @@ class Channel:
             while True:
                 now = time.monotonic()
                 if now >= next_report:
-                    sock.sendall(messages.encode(messages.PROGRESS, **self._progress()))
+                    sock.sendall(messages.encode(self._progress()))
                     next_report = now + settings.REPORT_INTERVAL_S
                 while self._outgoing:
                     sock.sendall(self._outgoing.popleft())
@@ -106,7 +113,7 @@ class Channel:
                         if line.strip():
                             self.commands.append(messages.decode(line))
         except (OSError, ValueError):
-            self.commands.append({"type": DISCONNECTED})
+            self.commands.append(Disconnected())
             raise OSError("channel closed") from None
         finally:
             self._connected = False

@@ -19,7 +19,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stepscope.api.agent import CaptureRequest, RankGrants
+from stepscope.analysis.summary_model import RankSummary
+from stepscope.api.agent import (
+    CaptureFailure,
+    CaptureRequest,
+    CaptureSummary,
+    DataWaitStats,
+    FailureCode,
+    RankGrants,
+    StepStatistics,
+    StepTimeStats,
+    Tier,
+    TraceSummary,
+)
 from stepscope_agent.nvml_sampling import counter_trace
 from stepscope_agent.uploading import UploadError, upload_file
 
@@ -46,11 +58,28 @@ class RankArtifacts:
 
 @dataclass
 class PublishResult:
-    ok: bool
+    """``failure`` is set when the rank failed; ``note`` is a remark on a rank that
+    published (its trace could not be summarised)."""
+
+    failure: CaptureFailure | None = None
     bytes_uploaded: int = 0
     artifact_keys: list[str] = field(default_factory=list)
-    summary: dict[str, Any] | None = None
-    reason: str | None = None
+    summary: CaptureSummary | None = None
+    note: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.failure is None
+
+    @property
+    def reason(self) -> str | None:
+        """Words for people: the failure's message, or the note."""
+        return self.failure.message if self.failure is not None else self.note
+
+
+def _failed(code: FailureCode, message: str, request: CaptureRequest, **fields) -> PublishResult:
+    failure = CaptureFailure(code=code, message=message, start_step=request.start_step)
+    return PublishResult(failure=failure, **fields)
 
 
 def publish_rank(
@@ -62,24 +91,28 @@ def publish_rank(
     grants = request.grants_for(artifacts.rank)
     work_dir.mkdir(parents=True, exist_ok=True)
     try:
-        files, summary, note = _write_artifacts(request, artifacts, samples, work_dir)
-        result = PublishResult(ok=True, summary=summary, reason=note)
+        files, summary = _write_artifacts(request, artifacts, samples, work_dir)
+        note = summary.trace_not_summarised if isinstance(summary, StepStatistics) else None
+        result = PublishResult(summary=summary, note=note)
         total = sum(path.stat().st_size for path in files.values())
         if total > request.max_bytes_per_rank:
             sizes = ", ".join(f"{name} {path.stat().st_size}" for name, path in files.items())
-            return PublishResult(
-                ok=False,
-                summary=summary,
-                reason=f"artifacts are {total} bytes ({sizes}), over maxBytesPerRank "
+            return _failed(
+                FailureCode.OVER_BUDGET,
+                f"artifacts are {total} bytes ({sizes}), over maxBytesPerRank "
                 f"{request.max_bytes_per_rank}; use fewer steps or a lower tier",
+                request,
+                summary=summary,
             )
         _upload(files, grants, result)
         return result
     except UploadError as error:
-        return PublishResult(ok=False, reason=str(error))
+        return _failed(error.code, str(error), request)
     except Exception as error:
         log.exception("publishing rank %s of %s failed", artifacts.rank, request.capture_id)
-        return PublishResult(ok=False, reason=f"could not prepare artifacts: {error!r}")
+        return _failed(
+            FailureCode.PREPARE_FAILED, f"could not prepare artifacts: {error!r}", request
+        )
     finally:
         shutil.rmtree(work_dir, ignore_errors=True)
         if artifacts.trace_file is not None:
@@ -98,7 +131,7 @@ def _upload(files: dict[str, Path], grants: RankGrants, result: PublishResult) -
 def _write_artifacts(request, artifacts: RankArtifacts, samples, work_dir: Path):
     files: dict[str, Path] = {}
     base_ns = 0
-    summary: dict[str, Any] | None = None
+    summary: CaptureSummary | None = None
     note = None
     if artifacts.trace_file is not None:
         base_ns = trace_base_time_ns(artifacts.trace_file)
@@ -108,11 +141,11 @@ def _write_artifacts(request, artifacts: RankArtifacts, samples, work_dir: Path)
             gzip.open(files["trace"], "wb", compresslevel=6) as packed,
         ):
             shutil.copyfileobj(raw, packed, 1 << 20)
-        summary, note = summarize(files["trace"], artifacts.rank)
+        rank_summary, note = summarize(files["trace"], artifacts.rank)
+        if rank_summary is not None:
+            summary = TraceSummary(tier=request.tier, rank_summary=rank_summary)
     if summary is None:
-        summary = step_summary(artifacts)
-        if note:
-            summary["summaryError"] = note
+        summary = step_summary(artifacts, request.tier, note)
     files["counters"] = _write_json(
         work_dir / "counters.json", counter_trace(samples, base_ns, artifacts.pid)
     )
@@ -128,38 +161,39 @@ def _write_artifacts(request, artifacts: RankArtifacts, samples, work_dir: Path)
             "steps": artifacts.steps,
         },
     )
-    files["summary"] = _write_json(work_dir / "summary.json", summary)
-    return files, summary, note
+    files["summary"] = _write_json(work_dir / "summary.json", summary.to_wire())
+    return files, summary
 
 
-def summarize(trace: Path, rank: int) -> tuple[dict[str, Any] | None, str | None]:
+def summarize(trace: Path, rank: int) -> tuple[RankSummary | None, str | None]:
     """The shared per-rank analysis, imported lazily: the agent still uploads the trace
-    when the analysis is missing or fails, and says why in the rank's reason."""
+    when the analysis is missing or fails, and says why in the rank's summary and reason."""
     try:
         from stepscope.analysis import summarize_rank
 
-        summary = summarize_rank(trace, rank=rank)
+        return summarize_rank(trace, rank=rank), None
     except Exception as error:  # noqa: BLE001 - analysis is best effort here
         return None, f"summary unavailable: {error!r}"
-    if hasattr(summary, "model_dump"):
-        summary = summary.model_dump(mode="json", by_alias=True)
-    return summary, None
 
 
-def step_summary(artifacts: RankArtifacts) -> dict[str, Any]:
+def step_summary(
+    artifacts: RankArtifacts, tier: Tier, trace_not_summarised: str | None = None
+) -> StepStatistics:
     """The steps tier's summary (and the fallback): step-time statistics only."""
     durations = [s["durationMs"] for s in artifacts.steps]
     waits = [s["dataWaitMs"] for s in artifacts.steps]
-    return {
-        "rank": artifacts.rank,
-        "firstStep": artifacts.first_step,
-        "lastStep": artifacts.last_step,
-        "stepTimeMs": {
-            "p50": statistics.median(durations) if durations else None,
-            "max": max(durations, default=None),
-        },
-        "dataWaitMs": {"p50": statistics.median(waits) if waits else None},
-    }
+    return StepStatistics(
+        tier=tier,
+        rank=artifacts.rank,
+        first_step=artifacts.first_step,
+        last_step=artifacts.last_step,
+        step_time_ms=StepTimeStats(
+            p50=statistics.median(durations) if durations else None,
+            max=max(durations, default=None),
+        ),
+        data_wait_ms=DataWaitStats(p50=statistics.median(waits) if waits else None),
+        trace_not_summarised=trace_not_summarised,
+    )
 
 
 def trace_base_time_ns(trace: Path) -> int:

@@ -27,22 +27,26 @@ class RankLink:
     local_rank: int
     pid: int
     torch_version: str | None
-    progress: dict[str, Any] = field(default_factory=dict)  # the latest PROGRESS message
+    progress: messages.Progress | None = None  # the latest progress report
     _socket: Any = None
     _send_lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def send(self, message_type: str, **fields: Any) -> None:
+    @property
+    def global_step(self) -> int | None:
+        return self.progress.global_step if self.progress is not None else None
+
+    def send(self, message: messages.Message) -> None:
         """Best effort: a trainer that is gone is noticed by its reader thread."""
         try:
             with self._send_lock:
-                self._socket.sendall(messages.encode(message_type, **fields))
+                self._socket.sendall(messages.encode(message))
         except OSError:
             pass
 
 
 # Called with (link, message) for every message after hello, and with (link, None) once
 # when the trainer disconnects.
-MessageHandler = Callable[[RankLink, dict[str, Any] | None], None]
+MessageHandler = Callable[[RankLink, messages.Message | None], None]
 
 
 class RankRegistry:
@@ -86,12 +90,12 @@ class RankRegistry:
         try:
             for line in rfile:
                 message = messages.decode(line)
-                if message["type"] == messages.HELLO:
+                if isinstance(message, messages.Hello):
                     link = RankLink(
-                        rank=int(message["rank"]),
-                        local_rank=int(message.get("localRank", 0)),
-                        pid=int(message["pid"]),
-                        torch_version=message.get("torchVersion"),
+                        rank=message.rank,
+                        local_rank=message.local_rank,
+                        pid=message.pid,
+                        torch_version=message.torch_version,
                         _socket=sock,
                     )
                     with self._lock:
@@ -100,7 +104,7 @@ class RankRegistry:
                     self._on_hello(link)
                 elif link is None:
                     raise ValueError("message before hello")
-                elif message["type"] == messages.PROGRESS:
+                elif isinstance(message, messages.Progress):
                     link.progress = message
                 else:
                     self._on_message(link, message)

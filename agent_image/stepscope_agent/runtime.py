@@ -20,7 +20,7 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from stepscope_agent import messages, settings
-from stepscope_agent.channel import DISCONNECTED, Channel
+from stepscope_agent.channel import Channel, Disconnected
 from stepscope_agent.stepping import StepCounter, StepRecord
 from stepscope_agent.windowing import WindowDriver
 
@@ -60,22 +60,21 @@ class Runtime:
     def _take_commands(self, current_step: int) -> None:
         while self.channel.commands:
             command = self.channel.commands.popleft()
-            kind = command["type"]
-            if kind == messages.ARM:
+            if isinstance(command, messages.Arm):
                 self.driver.arm(command, current_step)
-            elif kind == messages.CANCEL:
-                self.driver.cancel(command["captureId"], "cancelled")
-            elif kind == DISCONNECTED:
+            elif isinstance(command, messages.Cancel):
+                self.driver.cancel(command.capture_id, "cancelled")
+            elif isinstance(command, Disconnected):
                 self.driver.cancel(None, "sidecar disconnected")
 
-    def _hello(self) -> dict:
-        return {
-            "rank": rank(),
-            "localRank": int(os.environ.get("LOCAL_RANK", "0")),
-            "pid": os.getpid(),
-            "worldSize": world_size(),
-            "torchVersion": torch.__version__,
-        }
+    def _hello(self) -> messages.Hello:
+        return messages.Hello(
+            rank=rank(),
+            local_rank=int(os.environ.get("LOCAL_RANK", "0")),
+            pid=os.getpid(),
+            world_size=world_size(),
+            torch_version=torch.__version__,
+        )
 
     def disable(self, reason: str) -> None:
         if not self.disabled:

@@ -16,10 +16,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from stepscope.api.agent import (
     AgentStatus,
+    CaptureFailure,
     CaptureRequest,
     CaptureState,
     CaptureStatus,
@@ -68,10 +68,10 @@ class Agent:
                     rank=link.rank,
                     local_rank=link.local_rank,
                     pid=link.pid,
-                    global_step=p.get("globalStep"),
-                    step_time_ms=p.get("stepTimeMs"),
-                    data_wait_ms=p.get("dataWaitMs"),
-                    last_step_at=p.get("lastStepAt"),
+                    global_step=p.global_step if p else None,
+                    step_time_ms=p.step_time_ms if p else None,
+                    data_wait_ms=p.data_wait_ms if p else None,
+                    last_step_at=p.last_step_at if p else None,
                 )
             )
         steps = [r.global_step for r in ranks if r.global_step is not None]
@@ -112,7 +112,7 @@ class Agent:
         capture = self.book.cancel(capture_id)
         if capture is not None:
             for link in self.registry.links():
-                link.send(messages.CANCEL, captureId=capture_id)
+                link.send(messages.Cancel(capture_id=capture_id))
         return capture
 
     # The trainers' side (called from registry reader threads).
@@ -123,46 +123,57 @@ class Agent:
 
     def _send_arm(self, link: RankLink, request: CaptureRequest) -> None:
         link.send(
-            messages.ARM,
-            captureId=request.capture_id,
-            startStep=request.start_step,
-            steps=request.steps,
-            warmupSteps=request.warmup_steps,
-            tier=request.tier.value,
-            trace=request.takes_trace(link.rank),
+            messages.Arm(
+                capture_id=request.capture_id,
+                start_step=request.start_step,
+                steps=request.steps,
+                warmup_steps=request.warmup_steps,
+                tier=request.tier,
+                trace=request.takes_trace(link.rank),
+            )
         )
 
-    def _on_message(self, link: RankLink, message: dict[str, Any] | None) -> None:
+    def _on_message(self, link: RankLink, message: messages.Message | None) -> None:
         if message is None:
-            self.book.rank_gone(link.rank, link.progress.get("globalStep"))
-            self._sample_if_capturing()
-            return
-        kind, capture_id = message["type"], message.get("captureId")
-        if kind == messages.WINDOW_STARTED:
-            self._windows_open[(capture_id, link.rank)] = time.time()
+            self.book.rank_gone(link.rank, link.global_step)
+        elif isinstance(message, messages.WindowStarted):
+            self._windows_open[(message.capture_id, link.rank)] = time.time()
             self.book.update(
-                capture_id, link.rank, state=CaptureState.CAPTURING, first_step=message["firstStep"]
+                message.capture_id,
+                link.rank,
+                state=CaptureState.CAPTURING,
+                first_step=message.first_step,
             )
-        elif kind == messages.WINDOW_FAILED:
+        elif isinstance(message, messages.WindowFailed):
+            failure = CaptureFailure(
+                code=message.code,
+                message=message.message,
+                reached_step=message.reached_step,
+                start_step=message.start_step,
+            )
             self.book.update(
-                capture_id, link.rank, state=CaptureState.FAILED, reason=message["reason"]
+                message.capture_id,
+                link.rank,
+                state=CaptureState.FAILED,
+                failure=failure,
+                reason=failure.message,
             )
-        elif kind == messages.WINDOW_FINISHED:
+        elif isinstance(message, messages.WindowFinished):
             self._window_finished(link, message)
         self._sample_if_capturing()
 
-    def _window_finished(self, link: RankLink, message: dict[str, Any]) -> None:
-        capture_id = message["captureId"]
+    def _window_finished(self, link: RankLink, message: messages.WindowFinished) -> None:
+        capture_id = message.capture_id
         capture = self.book.update(
             capture_id,
             link.rank,
             state=CaptureState.UPLOADING,
-            first_step=message["firstStep"],
-            last_step=message["lastStep"],
-            steps_captured=len(message["steps"]),
-            export_stall_ms=message.get("exportStallMs"),
+            first_step=message.first_step,
+            last_step=message.last_step,
+            steps_captured=len(message.steps),
+            export_stall_ms=message.export_stall_ms,
         )
-        trace_file = Path(message["traceFile"]) if message.get("traceFile") else None
+        trace_file = Path(message.trace_file) if message.trace_file else None
         if capture is None:  # cancelled or expired meanwhile: nothing to publish
             if trace_file is not None:
                 trace_file.unlink(missing_ok=True)
@@ -172,11 +183,11 @@ class Agent:
         artifacts = RankArtifacts(
             rank=link.rank,
             pid=link.pid,
-            first_step=message["firstStep"],
-            last_step=message["lastStep"],
-            steps=message["steps"],
+            first_step=message.first_step,
+            last_step=message.last_step,
+            steps=message.steps,
             trace_file=trace_file,
-            export_stall_ms=message.get("exportStallMs"),
+            export_stall_ms=message.export_stall_ms,
         )
         self._publisher.submit(self._publish, capture, artifacts, samples)
 
@@ -192,6 +203,7 @@ class Agent:
             bytes_uploaded=result.bytes_uploaded,
             artifact_keys=result.artifact_keys,
             summary=result.summary,
+            failure=result.failure,
             reason=result.reason,
         )
         log.info(

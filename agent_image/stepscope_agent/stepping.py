@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import NamedTuple
 
-from stepscope_agent import settings
+from stepscope_agent import messages, settings
 
 
 class StepRecord(NamedTuple):
@@ -96,15 +96,15 @@ class StepCounter:
         # reported separately as the export stall.
         self._step_started = time.perf_counter()
 
-    def recent(self) -> dict:
+    def recent(self) -> messages.Progress:
         """Median step time and data wait of the recent steps, for the progress report.
         Called from the channel thread; copying a deque is atomic under the GIL."""
         records = list(self.ring)[-settings.RECENT_STEPS :]
         if not records:
-            return {"globalStep": self.current}
-        return {
-            "globalStep": self.current,
-            "stepTimeMs": statistics.median(r.duration_s for r in records) * 1e3,
-            "dataWaitMs": statistics.median(r.data_wait_s for r in records) * 1e3,
-            "lastStepAt": records[-1].ended_at,
-        }
+            return messages.Progress(global_step=self.current)
+        return messages.Progress(
+            global_step=self.current,
+            step_time_ms=statistics.median(r.duration_s for r in records) * 1e3,
+            data_wait_ms=statistics.median(r.data_wait_s for r in records) * 1e3,
+            last_step_at=records[-1].ended_at,
+        )

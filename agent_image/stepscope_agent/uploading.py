@@ -14,7 +14,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from stepscope.api.agent import ArtifactGrant, MultipartGrant
+from stepscope.api.agent import ArtifactGrant, FailureCode, MultipartGrant
 
 ATTEMPTS = 5
 FIRST_BACKOFF_S = 0.5
@@ -22,7 +22,12 @@ REQUEST_TIMEOUT_S = 60.0
 
 
 class UploadError(Exception):
-    """The upload did not happen; the message says why in words a person can act on."""
+    """The upload did not happen; the message says why in words a person can act on, the
+    code whether storage refused it or could not be reached."""
+
+    def __init__(self, message: str, code: FailureCode = FailureCode.UPLOAD_UNREACHABLE) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 def upload_file(path: Path, grant: ArtifactGrant) -> int:
@@ -43,7 +48,8 @@ def _upload_parts(path: Path, size: int, multipart: MultipartGrant, key: str) ->
     if count > len(multipart.part_urls):
         raise UploadError(
             f"{path.name} is {size} bytes, more than the {multipart.capacity_bytes} bytes "
-            f"its {len(multipart.part_urls)} part grants carry for {key}"
+            f"its {len(multipart.part_urls)} part grants carry for {key}",
+            FailureCode.OVER_BUDGET,
         )
     etags = []
     for number in range(1, count + 1):
@@ -89,7 +95,9 @@ def _with_retries(action, what: str):
             detail = _s3_error(error.read() if error.fp else b"") or error.reason
             last_error = f"HTTP {error.code}: {detail}"
             if 400 <= error.code < 500 and error.code not in (408, 429):
-                raise UploadError(f"storage refused {what}: {last_error}") from None
+                raise UploadError(
+                    f"storage refused {what}: {last_error}", FailureCode.UPLOAD_REFUSED
+                ) from None
         except (urllib.error.URLError, OSError) as error:
             last_error = str(getattr(error, "reason", error))
         if attempt < ATTEMPTS:

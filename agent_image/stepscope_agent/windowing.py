@@ -17,16 +17,21 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
+from stepscope.failures import FailureCode
+from stepscope.tiers import Tier, tier_profile
 from stepscope_agent import messages
 from stepscope_agent.stepping import StepRecord
 
 # Sends one message to the sidecar without blocking (the channel queues it).
-Emit = Callable[..., None]
+Emit = Callable[[messages.Message], None]
+
+
+class StepJumped(RuntimeError):
+    """The global step inside an open window is not the one that should come next."""
 
 
 @dataclass
@@ -35,7 +40,7 @@ class Window:
     start: int
     steps: int
     warmup: int
-    tier: str
+    tier: Tier
     trace: bool  # False for the steps tier and for ranks that only report step timings
     records: list[dict] = field(default_factory=list)
     profiler: profile | None = None
@@ -47,20 +52,13 @@ class Window:
         return self.start + self.steps - 1
 
 
-def build_profiler(tier: str) -> profile:
-    """``ops``: CPU and (if present) CUDA activities only; ``full``: with shapes, stacks,
-    memory and flops. Shapes can be sensitive, so only ``full`` records them."""
+def build_profiler(tier: Tier) -> profile:
+    """CPU and (if present) CUDA activities, with the tier's options from the tier table
+    (stepscope/tiers.py): shapes, stacks, memory and flops only for ``full``."""
     activities = [ProfilerActivity.CPU]
     if torch.cuda.is_available():
         activities.append(ProfilerActivity.CUDA)
-    full = tier == "full"
-    return profile(
-        activities=activities,
-        record_shapes=full,
-        with_stack=full,
-        profile_memory=full,
-        with_flops=full,
-    )
+    return profile(activities=activities, **tier_profile(tier).profiler_options())
 
 
 class WindowDriver:
@@ -72,23 +70,32 @@ class WindowDriver:
         self._emit = emit
         self.windows: dict[str, Window] = {}
 
-    def arm(self, command: dict[str, Any], current_step: int) -> None:
+    def arm(self, command: messages.Arm, current_step: int) -> None:
         window = Window(
-            capture_id=command["captureId"],
-            start=int(command["startStep"]),
-            steps=int(command["steps"]),
-            warmup=int(command.get("warmupSteps", 0)),
-            tier=command.get("tier", "ops"),
-            trace=bool(command.get("trace", True)),
+            capture_id=command.capture_id,
+            start=command.start_step,
+            steps=command.steps,
+            warmup=command.warmup_steps,
+            tier=command.tier,
+            trace=command.trace and tier_profile(command.tier).traces,
         )
         if window.capture_id in self.windows:
             return
         if current_step > window.start:
-            self._fail(window, f"armed at step {current_step}, after start step {window.start}")
+            self._fail(
+                window,
+                FailureCode.ARMED_AFTER_START,
+                f"armed at step {current_step}, after start step {window.start}",
+                reached_step=current_step,
+            )
             return
         overlapping = next((w for w in self.windows.values() if _overlaps(w, window)), None)
         if overlapping is not None:
-            self._fail(window, f"overlaps capture {overlapping.capture_id} on this rank")
+            self._fail(
+                window,
+                FailureCode.OVERLAPS_WINDOW,
+                f"overlaps capture {overlapping.capture_id} on this rank",
+            )
             return
         self.windows[window.capture_id] = window
         # Armed exactly at the boundary where S begins: start right away.
@@ -103,7 +110,7 @@ class WindowDriver:
             if window is not None:
                 _close(window)
                 if capture_id:
-                    self._emit(messages.WINDOW_FAILED, captureId=cid, reason=reason)
+                    self._fail(window, FailureCode.CANCELLED, reason)
 
     def at_boundary(
         self, ended: StepRecord | None, next_step: int, only: Window | None = None
@@ -111,10 +118,19 @@ class WindowDriver:
         for window in [only] if only else list(self.windows.values()):
             try:
                 self._advance(window, ended, next_step)
+            except StepJumped as error:
+                self.windows.pop(window.capture_id, None)
+                _close(window)
+                self._fail(window, FailureCode.STEP_JUMPED, str(error), reached_step=next_step)
             except Exception as error:  # noqa: BLE001 - a profiler failure must not reach the trainer
                 self.windows.pop(window.capture_id, None)
                 _close(window)
-                self._fail(window, f"profiler error at step {next_step}: {error!r}")
+                self._fail(
+                    window,
+                    FailureCode.PROFILER_ERROR,
+                    f"profiler error at step {next_step}: {error!r}",
+                    reached_step=next_step,
+                )
 
     def _advance(self, window: Window, ended: StepRecord | None, next_step: int) -> None:
         if window.started:
@@ -122,7 +138,7 @@ class WindowDriver:
                 return
             expected = window.start + len(window.records)
             if ended.step != expected:
-                raise RuntimeError(
+                raise StepJumped(
                     f"global step jumped: step {ended.step} ended, {expected} expected"
                 )
             window.records.append(ended.to_wire())
@@ -138,7 +154,10 @@ class WindowDriver:
             self.windows.pop(window.capture_id)
             _close(window)
             self._fail(
-                window, f"step {window.start} began before the window could start (now {next_step})"
+                window,
+                FailureCode.START_PASSED,
+                f"step {window.start} began before the window could start (now {next_step})",
+                reached_step=next_step,
             )
             return
         if window.trace and window.profiler is None and next_step >= window.start - window.warmup:
@@ -149,7 +168,7 @@ class WindowDriver:
             if window.trace:
                 window.profiler.start_trace()
                 window.step_annotation = _enter_step(next_step)
-            self._emit(messages.WINDOW_STARTED, captureId=window.capture_id, firstStep=next_step)
+            self._emit(messages.WindowStarted(capture_id=window.capture_id, first_step=next_step))
 
     def _finish(self, window: Window) -> None:
         self.windows.pop(window.capture_id)
@@ -169,17 +188,28 @@ class WindowDriver:
             stall_ms = (time.perf_counter() - began) * 1e3
             trace_file = str(path)
         self._emit(
-            messages.WINDOW_FINISHED,
-            captureId=window.capture_id,
-            firstStep=window.start,
-            lastStep=window.end,
-            steps=window.records,
-            traceFile=trace_file,
-            exportStallMs=stall_ms,
+            messages.WindowFinished(
+                capture_id=window.capture_id,
+                first_step=window.start,
+                last_step=window.end,
+                steps=window.records,
+                trace_file=trace_file,
+                export_stall_ms=stall_ms,
+            )
         )
 
-    def _fail(self, window: Window, reason: str) -> None:
-        self._emit(messages.WINDOW_FAILED, captureId=window.capture_id, reason=reason)
+    def _fail(
+        self, window: Window, code: FailureCode, message: str, reached_step: int | None = None
+    ) -> None:
+        self._emit(
+            messages.WindowFailed(
+                capture_id=window.capture_id,
+                code=code,
+                message=message,
+                reached_step=reached_step,
+                start_step=window.start,
+            )
+        )
 
 
 def _enter_step(step: int) -> record_function:

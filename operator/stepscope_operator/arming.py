@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping
 from datetime import datetime
 
-from stepscope.api.agent import CaptureRequest, CaptureStatus, Tier
+from stepscope.api.agent import CaptureRequest, CaptureStatus, Tier, tier_profile
 from stepscope_operator.agent_client import AgentClient, AgentError
 from stepscope_operator.buckets import Buckets
 from stepscope_operator.grants import create_rank_grants, grant_lifetime
@@ -30,7 +30,7 @@ def capture_id_for(name: str, uid: str) -> str:
 def build_capture_request(
     capture_id: str,
     plan: WindowPlan,
-    tier: str,
+    tier: Tier,
     deadline: datetime,
     pod_targets: list[RankTarget],
     grants: list,
@@ -58,7 +58,7 @@ async def arm_pod(
     session_prefix: str,
     capture_id: str,
     plan: WindowPlan,
-    tier: str,
+    tier: Tier,
     deadline: datetime,
     now: datetime,
     pod_targets: list[RankTarget],
@@ -71,7 +71,8 @@ async def arm_pod(
         if exc.status != 404:
             raise
     expires_in = grant_lifetime(deadline, now, settings.grant_margin_seconds)
-    takes_trace = tier != Tier.STEPS
+    # The tier table says whether the tier traces; a rank without a trace gets no trace grant.
+    takes_trace = tier_profile(tier).traces
 
     def grants_for_pod() -> list:
         return [

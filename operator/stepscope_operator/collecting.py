@@ -23,6 +23,7 @@ from stepscope.analysis.merged_trace import write_merged_trace
 from stepscope.analysis.report import render_report
 from stepscope.analysis.step_timings import summarize_steps_document
 from stepscope.analysis.summary_model import RankSummary
+from stepscope.api.agent import StepStatistics, TraceSummary, parse_capture_summary
 from stepscope.api.session_status import StatusArtifacts
 from stepscope.storage import RankArtifact, SessionArtifact, rank_key, s3_uri, session_key
 from stepscope_operator.buckets import Buckets
@@ -36,25 +37,24 @@ def gather_summaries(
     """Summaries of every rank that delivered a capture, plus notes on those that could not
     be read. Misaligned ranks are included: the merge names them too.
 
-    A rank summarised its trace (a full RankSummary), or, in the steps tier or when its
-    trace could not be summarised, sent only step-time statistics: then its per-step
-    timings are read from `rank-<r>/steps.json` and turned into a step-timings summary."""
+    A rank's summary says its kind: a TraceSummary carries the full RankSummary; a
+    StepStatistics (the steps tier, or a trace that could not be summarised) only step-time
+    statistics, so its per-step timings are read from `rank-<r>/steps.json` and turned into
+    a step-timings summary."""
     summaries, notes = [], []
     for outcome in outcomes:
         if outcome.verdict not in ("captured", "misaligned"):
             continue
         who = f"rank {outcome.rank} (pod {outcome.pod})"
-        raw = outcome.summary
-        if raw is None:
-            raw = _stored_json(buckets, rank_key(prefix, outcome.rank, RankArtifact.SUMMARY))
-        if raw is None:
-            notes.append(f"{who}: no summary delivered")
-            continue
         try:
-            if is_rank_summary(raw):
-                summary = RankSummary.model_validate(raw)
+            delivered = outcome.summary or _stored_summary(buckets, prefix, outcome.rank)
+            if delivered is None:
+                notes.append(f"{who}: no summary delivered")
+                continue
+            if isinstance(delivered, TraceSummary):
+                summary = delivered.rank_summary
             else:
-                summary = _step_timings_summary(buckets, prefix, outcome.rank, raw)
+                summary = _step_timings_summary(buckets, prefix, outcome.rank, delivered)
                 if summary is None:
                     notes.append(f"{who}: no trace summary and no steps.json")
                     continue
@@ -70,22 +70,24 @@ def gather_summaries(
     return summaries, notes
 
 
-def is_rank_summary(raw: dict) -> bool:
-    """A RankSummary (from a trace, or stored from step timings) names its device kind; the
-    agent's step-time statistics (its steps-tier summary, and its fallback) do not."""
-    return "device_kind" in raw or "deviceKind" in raw
+def _stored_summary(
+    buckets: Buckets, prefix: str, rank: int
+) -> TraceSummary | StepStatistics | None:
+    """rank-<r>/summary.json, for a rank whose agent is gone; it has the wire's shape."""
+    stored = _stored_json(buckets, rank_key(prefix, rank, RankArtifact.SUMMARY))
+    return parse_capture_summary(stored) if stored is not None else None
 
 
 def _step_timings_summary(
-    buckets: Buckets, prefix: str, rank: int, raw: dict
+    buckets: Buckets, prefix: str, rank: int, statistics: StepStatistics
 ) -> RankSummary | None:
     document = _stored_json(buckets, rank_key(prefix, rank, RankArtifact.STEPS))
     if document is None:
         return None
     summary = summarize_steps_document(document, rank=rank)
-    if raw.get("summaryError"):
+    if statistics.trace_not_summarised:
         # The trace was there but could not be summarised; say so next to the tier's limit.
-        notes = [*summary.source_notes, f"trace not summarised: {raw['summaryError']}"]
+        notes = [*summary.source_notes, f"trace not summarised: {statistics.trace_not_summarised}"]
         summary = summary.model_copy(update={"source_notes": notes})
     return summary
 

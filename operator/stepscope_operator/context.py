@@ -12,7 +12,7 @@ import aiohttp
 from pydantic import BaseModel
 
 from stepscope.api.session import ProfileSessionSpec, describe_target
-from stepscope.api.session_status import ProfileSessionStatus
+from stepscope.api.session_status import Phase, ProfileSessionStatus, Reason
 from stepscope.storage import SessionArtifact, session_key, session_prefix
 from stepscope_operator.agent_client import AgentClient
 from stepscope_operator.buckets import Buckets
@@ -142,19 +142,20 @@ class StatusWriter:
         self.status = self.view.status.model_copy(deep=True)
 
     @property
-    def phase(self) -> str:
-        return self.status.phase or "Pending"
+    def phase(self) -> Phase:
+        return self.status.phase or Phase.PENDING
 
     async def enter(
         self,
-        phase: str,
-        reason: str | None = None,
+        phase: Phase,
+        reason: Reason | None = None,
         message: str | None = None,
-        conditions: tuple[tuple[str, str, str, str], ...] = (),
+        conditions: tuple[tuple[str, str, Reason, str], ...] = (),
         **fields: Any,
     ) -> None:
-        """Move to `phase` (or stay, updating fields); Ready follows the phase. Extra
-        `conditions` are (type, status, reason, message)."""
+        """Move to `phase` (or stay, updating fields); Ready follows the phase, with the
+        phase's name as its reason when none is given. Extra `conditions` are (type,
+        status, reason, message)."""
         now = self.ctx.now()
         changed = phase != self.status.phase
         ready_status, ready_reason, ready_message = ready_condition(phase, reason, message)
@@ -192,6 +193,6 @@ class StatusWriter:
             kind, event_reason, event_message = phase_event(phase, ready_message)
             await self.ctx.kube.post_event(self.view.body, kind, event_reason, event_message)
 
-    async def fail(self, reason: str, message: str, condition_type: str | None = None) -> None:
+    async def fail(self, reason: Reason, message: str, condition_type: str | None = None) -> None:
         conditions = ((condition_type, "False", reason, message),) if condition_type else ()
-        await self.enter("Failed", reason, message, conditions=conditions)
+        await self.enter(Phase.FAILED, reason, message, conditions=conditions)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from stepscope.api.agent import FINAL_STATES, CaptureState, CaptureStatus
 from stepscope_operator.agent_client import AgentClient, AgentError
@@ -42,6 +42,17 @@ async def observe_pod(client: AgentClient, pod: str, ip: str, capture_id: str) -
                 unknown_capture=True,
             )
         return PodObservation(pod=pod, error=str(exc))
+    except ValidationError as exc:
+        # Agents are untrusted input: an answer that breaks the wire contract (a summary of
+        # no known kind, an unknown failure code) makes the pod's ranks missing, with the
+        # first offending field named, instead of stopping the session.
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        return PodObservation(
+            pod=pod,
+            error=f"the agent in pod {pod} broke the wire contract "
+            f"({exc.error_count()} error(s); {where}: {first['msg']})",
+        )
 
 
 async def poll_captures(

@@ -18,6 +18,7 @@ import aiohttp
 import kopf
 
 from stepscope.api.session import GROUP, VERSION
+from stepscope.api.session_status import Reason
 from stepscope_operator.buckets import connect_buckets
 from stepscope_operator.context import OperatorContext, SessionView, StatusWriter
 from stepscope_operator.kubeapi import KubeApi, load_api_client
@@ -111,7 +112,7 @@ async def session_daemon(
         if ctx.now() > give_up:
             logger.exception("session failed for good")
             await StatusWriter(ctx, view).fail(
-                "OperatorError", f"gave up after repeated errors: {exc}"
+                Reason.OPERATOR_ERROR, f"gave up after repeated errors: {exc}"
             )
             return
         logger.warning("session step failed, retrying: %s", exc)
@@ -154,7 +155,7 @@ async def session_expiry(
         view.status.conditions,
         ARTIFACTS_EXPIRED,
         "True",
-        "RetentionEnded",
+        Reason.RETENTION_ENDED,
         message,
         view.generation,
         now,
@@ -162,7 +163,7 @@ async def session_expiry(
     await ctx.kube.patch_session_status(
         view.namespace, view.name, {"conditions": [c.to_wire() for c in conditions]}
     )
-    await ctx.kube.post_event(view.body, "Normal", "ArtifactsExpired", message)
+    await ctx.kube.post_event(view.body, "Normal", Reason.ARTIFACTS_EXPIRED, message)
     logger.info(message)
 
 

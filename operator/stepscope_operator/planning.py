@@ -9,7 +9,6 @@ the lead time the user asked for, the slowest probe's round trip and a margin.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -17,6 +16,8 @@ from typing import Protocol
 
 from pydantic import BaseModel
 
+from stepscope.api.agent import MISSED_START, CaptureFailure
+from stepscope.api.session_status import Reason
 from stepscope_operator.probing import Probe
 
 
@@ -32,7 +33,7 @@ class WindowSpec(Protocol):
 class PlanningError(Exception):
     """No window can be planned. `retry` says whether waiting may fix it (no steps yet)."""
 
-    def __init__(self, reason: str, message: str, retry: bool = False) -> None:
+    def __init__(self, reason: Reason, message: str, retry: bool = False) -> None:
         super().__init__(message)
         self.reason = reason
         self.retry = retry
@@ -60,12 +61,14 @@ def plan_window(
 ) -> WindowPlan:
     reachable = [p for p in probes if p.ok]
     if not reachable:
-        raise PlanningError("AgentsUnreachable", "no agent answered its status probe", retry=True)
+        raise PlanningError(
+            Reason.AGENTS_UNREACHABLE, "no agent answered its status probe", retry=True
+        )
     stepping = [p.status for p in reachable if p.status.current_step is not None]
     timed = [s.step_time_ms for s in stepping if s.step_time_ms]
     if not stepping or not timed:
         raise PlanningError(
-            "WaitingForSteps",
+            Reason.WAITING_FOR_STEPS,
             "the trainers have not completed a step yet, so no step time is known",
             retry=True,
         )
@@ -74,7 +77,7 @@ def plan_window(
         # The first steps (process-group set-up, allocator warm-up, caches) are slow; a plan
         # made from them puts the window too close and the ranks pass it before the arm.
         raise PlanningError(
-            "WaitingForSteps",
+            Reason.WAITING_FOR_STEPS,
             f"the trainers are at step {highest}; planning waits for step {min_steps} so "
             "the step time is measured on steady steps",
             retry=True,
@@ -90,7 +93,7 @@ def plan_window(
         earliest = highest + window.warmup_steps + max(1, arm_steps)
         if window.start_step < earliest:
             raise PlanningError(
-                "StartStepPassed",
+                Reason.START_STEP_PASSED,
                 f"spec.window.startStep={window.start_step} is too close or already passed: "
                 f"ranks are at step {highest} and need {window.warmup_steps} warm-up step(s) "
                 f"plus time to be armed; use startStep >= {earliest} or omit it",
@@ -104,7 +107,7 @@ def plan_window(
     expected_end = expected_start + timedelta(seconds=window.steps * step_time_s)
     if deadline is not None and expected_end > deadline:
         raise PlanningError(
-            "WindowPastDeadline",
+            Reason.WINDOW_PAST_DEADLINE,
             f"at {step_time_s * 1000:.0f} ms per step the window would end at "
             f"{expected_end.isoformat(timespec='seconds')}, after the deadline "
             f"{deadline.isoformat(timespec='seconds')}; raise spec.window.timeoutSeconds or "
@@ -123,12 +126,6 @@ def plan_window(
     )
 
 
-# The agent's words when a rank's window began before its agent was armed
-# (stepscope_agent/windowing.py): armed too late, or armed in time but queued past the start.
-_MISSED_START = (
-    re.compile(r"armed at step (\d+), after start step (\d+)"),
-    re.compile(r"step (\d+) began before the window could start \(now (\d+)\)"),
-)
 # A re-planned lead is never below this, so a session asked for leadSeconds 0 still backs off.
 MIN_REPLAN_LEAD_SECONDS = 1.0
 
@@ -154,27 +151,22 @@ class ReplanDecision:
     missed: str = ""  # this window and where the ranks were, for the record and the end
 
 
-def missed_start_step(reason: str | None) -> int | None:
-    """The step the rank had reached when it found its window's start already passed."""
-    for pattern in _MISSED_START:
-        match = pattern.search(reason or "")
-        if match:
-            observed = int(match.group(1))
-            # "step S began ... (now N)": N is where the rank was.
-            return int(match.group(2)) if pattern is _MISSED_START[1] else observed
-    return None
+def _missed_the_start(failure: CaptureFailure | None) -> bool:
+    """The rank found its window's start already passed, and says where it was."""
+    return failure is not None and failure.code in MISSED_START and failure.reached_step is not None
 
 
 def decide_replan(
-    outcomes: Iterable[tuple[str, str | None]],
+    outcomes: Iterable[tuple[str, CaptureFailure | None]],
     plan: WindowPlan,
     lead_seconds: float,
     missed_before: list[str],
     max_replans: int,
     fixed_start: bool,
 ) -> ReplanDecision | None:
-    """None unless every failed rank failed because the ranks passed the start step before
-    the arm (pods never armed may be missing too; none captured other steps). Then re-plan
+    """None unless every failed rank's failure code says it passed the start step before
+    the arm (MISSED_START; pods never armed may be missing too; none captured other steps),
+    and where it was (reachedStep). Then re-plan
     with twice the lead, or twice the time the arm really took when that is longer, until
     `max_replans` re-plans were made. Ranks that did capture are re-captured with the others
     (a whole job beats a part of it); when no re-plan is left they are analysed as they are,
@@ -182,10 +174,10 @@ def decide_replan(
     outcomes = list(outcomes)
     if any(verdict == "misaligned" for verdict, _ in outcomes):
         return None
-    failed = [reason for verdict, reason in outcomes if verdict == "failed"]
-    reached = [missed_start_step(reason) for reason in failed]
-    if not failed or any(step is None for step in reached):
+    failed = [failure for verdict, failure in outcomes if verdict == "failed"]
+    if not failed or not all(_missed_the_start(failure) for failure in failed):
         return None
+    reached = [failure.reached_step for failure in failed]
     some_captured = any(verdict == "captured" for verdict, _ in outcomes)
     observed = max(reached)
     missed = f"steps {plan.start_step}-{plan.end_step} (ranks were at step {observed})"

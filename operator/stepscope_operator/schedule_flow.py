@@ -11,14 +11,15 @@ from stepscope.api.schedule import (
     MAX_ACTIVE_LISTED,
     BaselineSummary,
     ProfileScheduleSpec,
-    ProfileScheduleStatus,
     RegressionRecord,
     ScheduledRun,
 )
+from stepscope.api.session_status import Reason
 from stepscope_operator.baselines import judge_session
 from stepscope_operator.comparing import noise_band_pct
 from stepscope_operator.context import OperatorContext
 from stepscope_operator.metrics import LAST_STEP_TIME_DELTA, REGRESSIONS
+from stepscope_operator.schedule_status import ScheduleStatusWriter
 from stepscope_operator.scheduling import (
     SCHEDULE_LABEL,
     ScheduleError,
@@ -29,7 +30,6 @@ from stepscope_operator.scheduling import (
     session_for_tick,
     split_sessions,
 )
-from stepscope_operator.status import READY, set_condition
 
 
 def _parse_time(text: str | None) -> datetime | None:
@@ -41,7 +41,8 @@ async def reconcile_schedule(ctx: OperatorContext, body: dict[str, Any]) -> str:
     meta = body["metadata"]
     namespace, name = meta["namespace"], meta["name"]
     spec = ProfileScheduleSpec.model_validate(body["spec"])
-    status = ProfileScheduleStatus.model_validate(body.get("status") or {})
+    writer = ScheduleStatusWriter(ctx, body)
+    status = writer.status
     now = ctx.now()
     sessions = await ctx.kube.list_sessions(namespace, f"{SCHEDULE_LABEL}={name}")
     active, kept, expired = split_sessions(sessions, spec.history_limit)
@@ -75,36 +76,35 @@ async def reconcile_schedule(ctx: OperatorContext, body: dict[str, Any]) -> str:
                 f"the rolling baseline (p={comparison.p_value:.2g}, noise band "
                 f"{comparison.noise_band_pct:.1f}%, threshold {spec.regression.threshold_pct}%)"
             )
-            await ctx.kube.post_event(body, "Warning", "Regression", message)
-            await ctx.kube.post_event(session, "Warning", "Regression", message)
+            await ctx.kube.post_event(body, "Warning", Reason.REGRESSION, message)
+            await ctx.kube.post_event(session, "Warning", Reason.REGRESSION, message)
             notes.append(message)
 
-    conditions = status.conditions
     last_schedule = status.last_schedule_time
     since = last_schedule or _parse_time(meta.get("creationTimestamp")) or now
     try:
         tick = None if spec.suspend or active else latest_due_tick(spec.schedule, since, now)
         ready = (
             "True",
-            "Scheduled",
+            Reason.SCHEDULED,
             f"next session at {next_tick(spec.schedule, now).isoformat()}",
         )
     except ScheduleError as exc:
-        tick, ready = None, ("False", "InvalidSchedule", str(exc))
+        tick, ready = None, ("False", Reason.INVALID_SCHEDULE, str(exc))
     if spec.suspend:
-        ready = ("False", "Suspended", "spec.suspend is true: no new sessions are created")
+        ready = ("False", Reason.SUSPENDED, "spec.suspend is true: no new sessions are created")
     if tick is not None:
         created = session_for_tick(body, spec, tick)
         if await ctx.kube.create_session(created):
             await ctx.kube.post_event(
                 body,
                 "Normal",
-                "SessionCreated",
+                Reason.SESSION_CREATED,
                 f"created ProfileSession {created['metadata']['name']}",
             )
         active.append(created)
         last_schedule = tick
-    conditions = set_condition(conditions, READY, *ready, meta.get("generation"), now)
+    writer.set_ready(*ready)
 
     medians = baseline_medians(kept)
     successes = [s for s in kept if (s.get("status") or {}).get("phase") == "Succeeded"]
@@ -117,31 +117,21 @@ async def reconcile_schedule(ctx: OperatorContext, body: dict[str, Any]) -> str:
         )
         for s in kept
     ]
-    new_status = status.model_copy(
-        update={
-            "observed_generation": meta.get("generation"),
-            "last_schedule_time": last_schedule,
-            "last_successful_time": max(
-                (
-                    run.finish_time
-                    for run in history
-                    if run.phase == "Succeeded" and run.finish_time
-                ),
-                default=status.last_successful_time,
-            ),
-            "active": [s["metadata"]["name"] for s in active][:MAX_ACTIVE_LISTED],
-            "history": history,
-            "baseline": BaselineSummary(
-                sessions=len(medians),
-                step_time_ms_p50=statistics.median(medians) if medians else None,
-                noise_band_pct=round(noise_band_pct(medians), 2) if medians else None,
-            ),
-            "last_regression": last_regression,
-            "conditions": conditions,
-        }
+    await writer.write(
+        last_schedule_time=last_schedule,
+        last_successful_time=max(
+            (run.finish_time for run in history if run.phase == "Succeeded" and run.finish_time),
+            default=status.last_successful_time,
+        ),
+        active=[s["metadata"]["name"] for s in active][:MAX_ACTIVE_LISTED],
+        history=history,
+        baseline=BaselineSummary(
+            sessions=len(medians),
+            step_time_ms_p50=statistics.median(medians) if medians else None,
+            noise_band_pct=round(noise_band_pct(medians), 2) if medians else None,
+        ),
+        last_regression=last_regression,
     )
-    new_status = ProfileScheduleStatus.model_validate(new_status.model_dump())
-    await ctx.kube.patch_schedule_status(namespace, name, new_status.to_wire())
     return (
         f"{len(active)} active, {len(kept)} kept ({len(successes)} succeeded), "
         f"{len(expired)} deleted" + (f"; {'; '.join(notes)}" if notes else "")

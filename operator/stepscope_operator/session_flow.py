@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from stepscope.analysis.merge import MergeError
-from stepscope.api.session_status import StatusWindow
+from stepscope.api.session_status import Phase, Reason, StatusWindow
 from stepscope_operator.arming import cancel_captures, capture_id_for
 from stepscope_operator.baselines import compare_with_baseline
 from stepscope_operator.collecting import gather_summaries, merge_job, publish_artifacts
@@ -55,17 +55,19 @@ async def run_session(ctx: OperatorContext, body: dict[str, Any], stopped: Any) 
     writer = StatusWriter(ctx, view)
     if is_final(writer.phase):
         return
-    if writer.phase == "Pending" and not await wait_for_turn(ctx, view, writer, stopped):
+    if writer.phase == Phase.PENDING and not await wait_for_turn(ctx, view, writer, stopped):
         return
-    if writer.phase in ("Pending", "Planning"):
+    if writer.phase in (Phase.PENDING, Phase.PLANNING):
         record = await plan_and_arm(ctx, view, writer, stopped)
     else:
         record = await asyncio.to_thread(load_record, ctx, view)
         if record is None:
-            await writer.fail("PlanLost", "the session's plan.json is gone from S3; cannot resume")
+            await writer.fail(
+                Reason.PLAN_LOST, "the session's plan.json is gone from S3; cannot resume"
+            )
             return
     while record is not None:
-        if writer.phase in ("Armed", "Capturing"):
+        if writer.phase in (Phase.ARMED, Phase.CAPTURING):
             observations = await follow(ctx, view, record, writer, stopped)
             if observations is None:
                 return
@@ -91,7 +93,7 @@ async def wait_for_turn(
             job = await ctx.kube.get_job(adapter.resource, view.namespace, view.target_ref)
             if job is None:
                 await writer.fail(
-                    "TargetNotFound",
+                    Reason.TARGET_NOT_FOUND,
                     f"{view.target_text} does not exist in namespace {view.namespace}; create "
                     "the job first or fix spec.target (and check its operator is installed)",
                     TARGET_RESOLVED,
@@ -100,7 +102,7 @@ async def wait_for_turn(
             finished = adapter.finished(job)
             if finished:
                 await writer.fail(
-                    "TargetFinished",
+                    Reason.TARGET_FINISHED,
                     f"{view.target_text} already ended ({finished}); "
                     "there is nothing left to profile",
                     TARGET_RESOLVED,
@@ -111,7 +113,7 @@ async def wait_for_turn(
         active = active_sessions(sessions, view.uid)
         if blocker:
             reason, message = (
-                "TargetBusy",
+                Reason.TARGET_BUSY,
                 (
                     f"waiting for ProfileSession {blocker}, which is already profiling "
                     f"{view.target_text}; this session starts when it ends"
@@ -119,7 +121,7 @@ async def wait_for_turn(
             )
         elif len(active) >= ctx.settings.max_concurrent_sessions:
             reason, message = (
-                "ConcurrencyLimit",
+                Reason.CONCURRENCY_LIMIT,
                 (
                     f"{len(active)} sessions are active, the operator's limit "
                     f"(STEPSCOPE_MAX_CONCURRENT_SESSIONS) is {ctx.settings.max_concurrent_sessions}"
@@ -129,11 +131,11 @@ async def wait_for_turn(
             return True
         if ctx.now() > view.created + timeout:
             await writer.fail(
-                "StartTimeout", f"gave up after spec.window.timeoutSeconds: {message}"
+                Reason.START_TIMEOUT, f"gave up after spec.window.timeoutSeconds: {message}"
             )
             return False
         if waiting_for != message or writer.status.phase is None:
-            await writer.enter("Pending", reason, message)
+            await writer.enter(Phase.PENDING, reason, message)
             waiting_for = message
         await stopped.wait(ctx.settings.poll_interval_seconds)
     return False
@@ -159,7 +161,7 @@ async def plan_and_arm(
             return None
         await asyncio.to_thread(save_record, ctx, view, record)
     await arm_record(ctx, view, writer, record)
-    return record if writer.phase == "Armed" else None
+    return record if writer.phase == Phase.ARMED else None
 
 
 async def make_plan(
@@ -168,21 +170,21 @@ async def make_plan(
     """Resolve the target's ranks, probe their agents and plan the window; retry while the
     trainers have not started stepping, until timeoutSeconds after creation."""
     timeout = timedelta(seconds=view.spec.window.timeout_seconds)
-    await writer.enter("Planning")
+    await writer.enter(Phase.PLANNING)
     last_wait = last_written = None
     while not stopped:
         try:
             targets = await list_targets(ctx, view)
         except NoLivePods as exc:
             # A job whose pods are not created yet is worth waiting for; bad input is not.
-            last_wait = ("WaitingForPods", str(exc))
+            last_wait = (Reason.WAITING_FOR_PODS, str(exc))
         except InvalidTarget as exc:
-            await writer.fail("TargetInvalid", str(exc), TARGET_RESOLVED)
+            await writer.fail(Reason.TARGET_INVALID, str(exc), TARGET_RESOLVED)
             return None
         else:
             if len(targets) > ctx.settings.max_ranks_per_session:
                 await writer.fail(
-                    "TooManyRanks",
+                    Reason.TOO_MANY_RANKS,
                     f"{view.target_text} has {len(targets)} ranks, more than the operator's "
                     f"limit of {ctx.settings.max_ranks_per_session} "
                     "(STEPSCOPE_MAX_RANKS_PER_SESSION)",
@@ -222,7 +224,7 @@ async def make_plan(
             )
             return None
         if last_wait != last_written:
-            await writer.enter("Planning", *last_wait)
+            await writer.enter(Phase.PLANNING, *last_wait)
             last_written = last_wait
         await stopped.wait(ctx.settings.poll_interval_seconds)
     return None
@@ -251,10 +253,10 @@ async def follow(
     grace = timedelta(seconds=min(ctx.settings.collect_reserve_seconds / 2, 15.0))
     while not stopped:
         observations = await observe(ctx, view, record)
-        if writer.phase == "Armed" and any_capturing(observations):
+        if writer.phase == Phase.ARMED and any_capturing(observations):
             await writer.enter(
-                "Capturing",
-                "WindowReached",
+                Phase.CAPTURING,
+                Reason.WINDOW_REACHED,
                 f"ranks reached step {record.plan.start_step} and are capturing",
                 window=writer.status.window.model_copy(update={"start_time": ctx.now()}),
             )
@@ -282,16 +284,18 @@ async def collect_and_analyze(
     )
     ranks = tally_ranks(outcomes)
     window = (writer.status.window or StatusWindow()).model_copy(update={"end_time": ctx.now()})
-    await writer.enter("Collecting", ranks=ranks, window=window)
+    await writer.enter(Phase.COLLECTING, ranks=ranks, window=window)
     phase, reason, message = final_phase(ranks)
     captured = ((CAPTURED, "True" if ranks.captured else "False", reason, message),)
     prefix = view.prefix(ctx.settings)
-    if phase == "Failed":
+    if phase == Phase.FAILED:
         await asyncio.to_thread(ctx.buckets.abort_incomplete_uploads, prefix)
         await writer.enter(phase, reason, message, conditions=captured)
         return
     await writer.enter(
-        "Analyzing", "Merging", f"merging {ranks.captured + ranks.misaligned} rank summaries"
+        Phase.ANALYZING,
+        Reason.MERGING,
+        f"merging {ranks.captured + ranks.misaligned} rank summaries",
     )
     summaries, notes = await asyncio.to_thread(gather_summaries, ctx.buckets, prefix, outcomes)
     retention = parse_duration(view.spec.artifacts.retention or ctx.settings.default_retention)
@@ -304,10 +308,10 @@ async def collect_and_analyze(
         why = f"analysis failed: {exc}" + (f" ({'; '.join(notes)})" if notes else "")
         await asyncio.to_thread(ctx.buckets.abort_incomplete_uploads, prefix)
         await writer.enter(
-            "Failed",
-            "AnalysisFailed",
+            Phase.FAILED,
+            Reason.ANALYSIS_FAILED,
             why,
-            conditions=captured + ((ANALYZED, "False", "AnalysisFailed", why),),
+            conditions=captured + ((ANALYZED, "False", Reason.ANALYSIS_FAILED, why),),
         )
         return
     await asyncio.to_thread(ctx.buckets.abort_incomplete_uploads, prefix)
@@ -327,7 +331,7 @@ async def collect_and_analyze(
         phase,
         reason,
         f"{message}; {analyzed}" + (f"; notes: {'; '.join(notes)}" if notes else ""),
-        conditions=captured + ((ANALYZED, "True", "Analyzed", analyzed),),
+        conditions=captured + ((ANALYZED, "True", Reason.ANALYZED, analyzed),),
         summary=summary,
         artifacts=artifacts,
         **({"baseline_comparison": comparison} if comparison else {}),

@@ -11,13 +11,12 @@ from __future__ import annotations
 import statistics
 from collections.abc import Iterable, Mapping
 from datetime import datetime
-from typing import Any
 
 from pydantic import BaseModel
 
 from stepscope.analysis.job_model import JobSummary
 from stepscope.analysis.step_timings import is_step_timings
-from stepscope.api.agent import CaptureState, RankCaptureStatus
+from stepscope.api.agent import CaptureFailure, CaptureState, CaptureSummary, RankCaptureStatus
 from stepscope.api.meta import CONDITION_MESSAGE_MAX_LENGTH, Condition
 from stepscope.api.session_status import (
     FINDING_TEXT_MAX_LENGTH,
@@ -25,9 +24,11 @@ from stepscope.api.session_status import (
     TERMINAL_PHASES,
     Breakdown,
     Finding,
+    Phase,
     RankFailure,
     RankRef,
     RanksStatus,
+    Reason,
     StepTime,
     Straggler,
     Summary,
@@ -44,12 +45,12 @@ ANALYZED = "Analyzed"
 
 # Every phase but the final ones reads as "in progress" on the Ready condition.
 _PROGRESS_MESSAGES = {
-    "Pending": "waiting to start",
-    "Planning": "resolving the target, probing the agents and planning the window",
-    "Armed": "agents armed; waiting for the ranks to reach the start step",
-    "Capturing": "ranks are capturing the window",
-    "Collecting": "collecting per-rank results",
-    "Analyzing": "merging ranks and writing the report",
+    Phase.PENDING: "waiting to start",
+    Phase.PLANNING: "resolving the target, probing the agents and planning the window",
+    Phase.ARMED: "agents armed; waiting for the ranks to reach the start step",
+    Phase.CAPTURING: "ranks are capturing the window",
+    Phase.COLLECTING: "collecting per-rank results",
+    Phase.ANALYZING: "merging ranks and writing the report",
 }
 
 # The analysis names categories after Breakdown fields; the API uses words for people.
@@ -68,8 +69,9 @@ class RankOutcome(BaseModel):
     rank: int
     pod: str
     verdict: str  # captured | misaligned | failed | missing
-    reason: str | None = None
-    summary: dict[str, Any] | None = None
+    reason: str | None = None  # words for people
+    failure: CaptureFailure | None = None  # the agent's failure, when it reported one
+    summary: CaptureSummary | None = None
     first_step: int | None = None
     last_step: int | None = None
 
@@ -124,7 +126,10 @@ def judge_ranks(
             reason = rank_status.reason or observed.capture.reason or rank_status.state.value
             outcomes.append(
                 RankOutcome(
-                    verdict="failed", reason=f"{rank_status.state.value}: {reason}", **common
+                    verdict="failed",
+                    reason=f"{rank_status.state.value}: {reason}",
+                    failure=rank_status.failure,
+                    **common,
                 )
             )
         else:
@@ -151,25 +156,34 @@ def tally_ranks(outcomes: list[RankOutcome]) -> RanksStatus:
         misaligned=sum(o.verdict == "misaligned" for o in outcomes),
         missing=[RankRef(rank=o.rank, pod=o.pod) for o in outcomes if o.verdict == "missing"],
         failed=[
-            RankFailure(rank=o.rank, pod=o.pod, reason=_clip(o.reason or "failed", 256))
+            RankFailure(
+                rank=o.rank,
+                pod=o.pod,
+                reason=_clip(o.reason or "failed", 256),
+                code=o.failure.code if o.failure else None,
+            )
             for o in outcomes
             if o.verdict == "failed"
         ],
     )
 
 
-def final_phase(ranks: RanksStatus) -> tuple[str, str, str]:
+def final_phase(ranks: RanksStatus) -> tuple[Phase, Reason, str]:
     """(phase, reason, message) once every rank is judged."""
     if ranks.expected and ranks.captured == ranks.expected:
-        return "Succeeded", "AllRanksCaptured", f"all {ranks.expected} ranks captured the window"
+        return (
+            Phase.SUCCEEDED,
+            Reason.ALL_RANKS_CAPTURED,
+            f"all {ranks.expected} ranks captured the window",
+        )
     problems = describe_rank_problems(ranks)
     if ranks.captured:
         return (
-            "PartiallySucceeded",
-            "SomeRanksMissing",
+            Phase.PARTIALLY_SUCCEEDED,
+            Reason.SOME_RANKS_MISSING,
             f"{ranks.captured} of {ranks.expected} ranks captured the window; {problems}",
         )
-    return "Failed", "NoRankCaptured", f"no rank captured the window; {problems}"
+    return Phase.FAILED, Reason.NO_RANK_CAPTURED, f"no rank captured the window; {problems}"
 
 
 def describe_rank_problems(ranks: RanksStatus) -> str:
@@ -264,7 +278,9 @@ def summary_from_job(job: JobSummary, unprofiled_step_ms: float | None = None) -
 
 
 def step_timings_only(job: JobSummary) -> bool:
-    """True when no rank recorded a trace (the steps tier): only step times are known."""
+    """True when every rank's summary says it was made from step timings alone (the steps
+    tier, whose row in the tier table takes no trace, or traces that could not be
+    summarised): only step times are known."""
     return bool(job.ranks) and all(is_step_timings(rank) for rank in job.ranks)
 
 
@@ -308,18 +324,21 @@ def set_condition(
     return [c for c in conditions if c.type != type_] + [updated]
 
 
-def ready_condition(phase: str, reason: str | None, message: str | None) -> tuple[str, str, str]:
-    """(status, reason, message) of Ready for a phase."""
-    if phase in ("Succeeded", "PartiallySucceeded"):
+def ready_condition(
+    phase: Phase, reason: Reason | None, message: str | None
+) -> tuple[str, str, str]:
+    """(status, reason, message) of Ready for a phase; without a reason, the phase's name
+    is the reason, as kubectl shows it."""
+    if phase in (Phase.SUCCEEDED, Phase.PARTIALLY_SUCCEEDED):
         return "True", reason or phase, message or phase
-    if phase == "Failed":
-        return "False", reason or "Failed", message or "the session failed"
+    if phase == Phase.FAILED:
+        return "False", reason or phase, message or "the session failed"
     return "False", reason or phase, message or _PROGRESS_MESSAGES.get(phase, phase)
 
 
-def phase_event(phase: str, message: str) -> tuple[str, str, str]:
+def phase_event(phase: Phase, message: str) -> tuple[str, str, str]:
     """(event type, reason, message) for entering `phase`: Warning when it ends badly."""
-    kind = "Warning" if phase in ("Failed", "PartiallySucceeded") else "Normal"
+    kind = "Warning" if phase in (Phase.FAILED, Phase.PARTIALLY_SUCCEEDED) else "Normal"
     return kind, phase, _clip(message, 1024)
 
 

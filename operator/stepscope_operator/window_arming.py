@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from stepscope.api.session_status import RanksStatus, StatusWindow
+from stepscope.api.session_status import Phase, RanksStatus, Reason, StatusWindow
 from stepscope_operator.arming import arm_pod, cancel_captures, capture_id_for
 from stepscope_operator.context import (
     OperatorContext,
@@ -32,8 +32,8 @@ async def arm_record(
 ) -> None:
     """Arm every reachable pod for the record's window; Armed, or Failed when none could be."""
     await writer.enter(
-        "Planning",
-        "Arming",
+        Phase.PLANNING,
+        Reason.ARMING,
         f"arming {len(group_by_pod(record.targets))} agent(s) for steps "
         f"{record.plan.start_step}-{record.plan.end_step}",
         window=StatusWindow(start_step=record.plan.start_step, end_step=record.plan.end_step),
@@ -68,7 +68,7 @@ async def arm_record(
     armed = len(pods) - sum(isinstance(r, Exception) for r in results)
     if armed == 0:
         problems = "; ".join(f"{pod}: {why}" for pod, why in sorted(record.unreachable.items()))
-        await writer.fail("NoAgentArmed", f"no agent could be armed ({problems})", ARMED)
+        await writer.fail(Reason.NO_AGENT_ARMED, f"no agent could be armed ({problems})", ARMED)
         return
     lost = sorted(record.unreachable)
     message = (
@@ -77,7 +77,10 @@ async def arm_record(
         + (f"; unreachable pod(s): {', '.join(lost)}" if lost else "")
     )
     await writer.enter(
-        "Armed", "AgentsArmed", message, conditions=((ARMED, "True", "AgentsArmed", message),)
+        Phase.ARMED,
+        Reason.AGENTS_ARMED,
+        message,
+        conditions=((ARMED, "True", Reason.AGENTS_ARMED, message),),
     )
 
 
@@ -104,7 +107,7 @@ async def replan_missed_window(
     if lead is None:
         lead = float(view.spec.window.lead_seconds)
     decision = decide_replan(
-        ((o.verdict, o.reason) for o in outcomes),
+        ((o.verdict, o.failure) for o in outcomes),
         record.plan,
         lead,
         record.missed_windows,
@@ -115,16 +118,16 @@ async def replan_missed_window(
         return MISSED_NOTHING
     if not decision.replan:
         await writer.enter(
-            "Failed",
-            "WindowMissed",
+            Phase.FAILED,
+            Reason.WINDOW_MISSED,
             decision.message,
-            conditions=((CAPTURED, "False", "WindowMissed", decision.message),),
+            conditions=((CAPTURED, "False", Reason.WINDOW_MISSED, decision.message),),
             ranks=tally_ranks(outcomes),
         )
         return None
     armed = {pod: ip for pod, ip in record.pod_ips.items() if pod not in record.unreachable}
-    await ctx.kube.post_event(view.body, "Warning", "Replanned", decision.message)
-    await writer.enter("Planning", "Replanning", decision.message)
+    await ctx.kube.post_event(view.body, "Warning", Reason.REPLANNED, decision.message)
+    await writer.enter(Phase.PLANNING, Reason.REPLANNING, decision.message)
     window = LeadWindow(
         steps=view.spec.window.steps,
         warmup_steps=view.spec.window.warmup_steps,
@@ -164,5 +167,5 @@ async def replan_missed_window(
         await asyncio.to_thread(save_record, ctx, view, record)
         await cancel_captures(ctx.agents(view.namespace), armed, missed_capture)
         await arm_record(ctx, view, writer, record)
-        return record if writer.phase == "Armed" else None
+        return record if writer.phase == Phase.ARMED else None
     return None

@@ -23,8 +23,9 @@ from stepscope.analysis.summary_model import (
     RankSummary,
     StepRecord,
 )
+from stepscope.tiers import SummaryKind
 
-STEP_TIMINGS_KIND = "step-timings"
+STEP_TIMINGS_KIND = SummaryKind.STEP_TIMINGS
 TIER_LIMIT_NOTE = (
     "step timings only (granularity steps, or no trace summary): the step splits into data "
     "wait and compute-or-unattributed time; communication, overlap, host overhead and "

@@ -62,6 +62,8 @@ from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field
 
+from stepscope.tiers import SummaryKind
+
 SCHEMA_VERSION = 1
 MAX_COLLECTIVE_RECORDS = 512
 MAX_STEP_RECORDS = 4096
@@ -278,8 +280,8 @@ class RankSummary(_Model):
 
     schema_version: int = SCHEMA_VERSION
     source: str = Field("", description="File name the summary was made from.")
-    kind: Literal["trace", "step-timings"] = Field(
-        "trace",
+    kind: SummaryKind = Field(
+        SummaryKind.TRACE,
         description=(
             "What the summary was made from: a profiler trace, or only the agent's per-step "
             "timings (see step_timings.py), where compute_ms means compute-or-unattributed "

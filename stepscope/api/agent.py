@@ -6,22 +6,41 @@ torch- or kopf-specific. On the wire every field is camelCase; in Python it is s
 
 Auth: every endpoint needs ``Authorization: Bearer <token>``; the token comes from the
 environment variable named by ``TOKEN_ENV`` or from the file named by ``TOKEN_FILE_ENV``.
+
+Failures are codes (``FailureCode``, from stepscope/failures.py) with structured fields in
+``CaptureFailure``; a rank's summary is one of two kinds (``CaptureSummary``, discriminated
+by ``kind``); tiers come from the one tier table in stepscope/tiers.py. The trainer <->
+sidecar socket messages are in stepscope_agent/messages.py (standard library only).
 """
 
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AwareDatetime,
     BaseModel,
     ConfigDict,
     Field,
+    TypeAdapter,
     field_validator,
     model_validator,
 )
 from pydantic.alias_generators import to_camel
+
+from stepscope.analysis.summary_model import RankSummary
+from stepscope.failures import MISSED_START, FailureCode
+from stepscope.tiers import TIERS, SummaryKind, Tier, tier_profile
+
+__all__ = [
+    "MISSED_START",
+    "TIERS",
+    "FailureCode",
+    "SummaryKind",
+    "Tier",
+    "tier_profile",
+]
 
 API_VERSION = "v1"
 # The sidecar's HTTP port unless STEPSCOPE_AGENT_PORT says otherwise.
@@ -58,14 +77,6 @@ class WireModel(BaseModel):
     def to_wire(self) -> dict[str, Any]:
         """The JSON-ready dict with camelCase keys, as the other side expects it."""
         return self.model_dump(mode="json", by_alias=True)
-
-
-class Tier(StrEnum):
-    """How much a window records (DESIGN §4)."""
-
-    STEPS = "steps"  # step timings and NVML counters only, no torch.profiler
-    OPS = "ops"  # + CPU/CUDA activities, no shapes, stacks or memory
-    FULL = "full"  # + shapes, stacks, memory and flops
 
 
 class CaptureState(StrEnum):
@@ -216,10 +227,70 @@ class CaptureRequest(WireModel):
         return next((g for g in self.grants if g.rank == rank), None)
 
     def takes_trace(self, rank: int) -> bool:
-        """Whether this rank records a profiler trace (the steps tier never does)."""
-        if self.tier == Tier.STEPS:
+        """Whether this rank records a profiler trace: the tier table says whether the
+        tier traces at all, traceRanks which ranks do."""
+        if not tier_profile(self.tier).traces:
             return False
         return self.trace_ranks is None or rank in self.trace_ranks
+
+
+class CaptureFailure(WireModel):
+    """Why a rank's capture failed: a code to branch on and words for people."""
+
+    code: FailureCode = Field(description="What went wrong; see stepscope/failures.py.")
+    message: str = Field(description="The same, in words a person can act on.")
+    reached_step: int | None = Field(
+        default=None,
+        description="The global step the trainer was at when it found out (missed starts, "
+        "exits, step jumps).",
+    )
+    start_step: int | None = Field(default=None, description="The window's start step.")
+
+
+class StepTimeStats(WireModel):
+    p50: float | None = None
+    max: float | None = None
+
+
+class DataWaitStats(WireModel):
+    p50: float | None = None
+
+
+class TraceSummary(WireModel):
+    """A rank whose trace was summarised: the full per-rank analysis."""
+
+    kind: Literal[SummaryKind.TRACE] = SummaryKind.TRACE
+    tier: Tier
+    rank_summary: RankSummary
+
+
+class StepStatistics(WireModel):
+    """A rank with step-time statistics only: the steps tier, a rank outside traceRanks,
+    or a trace that could not be summarised (``traceNotSummarised`` says why). Its per-step
+    timings are in the rank's steps.json."""
+
+    kind: Literal[SummaryKind.STEP_TIMINGS] = SummaryKind.STEP_TIMINGS
+    tier: Tier
+    rank: int = Field(ge=0)
+    first_step: int
+    last_step: int
+    step_time_ms: StepTimeStats = Field(default_factory=StepTimeStats)
+    data_wait_ms: DataWaitStats = Field(default_factory=DataWaitStats)
+    trace_not_summarised: str | None = Field(
+        default=None,
+        description="Set when the rank took a trace but it could not be summarised: why.",
+    )
+
+
+# What a rank's summary holds, told by its `kind`; also the body of rank-<r>/summary.json.
+CaptureSummary = Annotated[TraceSummary | StepStatistics, Field(discriminator="kind")]
+_CAPTURE_SUMMARY = TypeAdapter(CaptureSummary)
+
+
+def parse_capture_summary(raw: Any) -> TraceSummary | StepStatistics:
+    """A stored or received summary; a ValidationError names the field (``kind`` when it
+    is neither kind) otherwise."""
+    return _CAPTURE_SUMMARY.validate_python(raw)
 
 
 class RankCaptureStatus(WireModel):
@@ -235,9 +306,16 @@ class RankCaptureStatus(WireModel):
     )
     bytes_uploaded: int = 0
     artifact_keys: list[str] = Field(default_factory=list)
-    reason: str | None = None
-    summary: dict[str, Any] | None = Field(
-        default=None, description="The per-rank summary JSON (a few KB), also uploaded."
+    failure: CaptureFailure | None = Field(
+        default=None, description="Set when the rank failed, was cancelled or not reached."
+    )
+    reason: str | None = Field(
+        default=None,
+        description="Words for people: the failure's message, or a note on a done rank "
+        "(a trace that could not be summarised).",
+    )
+    summary: CaptureSummary | None = Field(
+        default=None, description="The per-rank summary (a few KB), also uploaded."
     )
 
 

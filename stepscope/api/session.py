@@ -23,6 +23,7 @@ from stepscope.api.rules import (
     rank_selection,
 )
 from stepscope.api.session_status import ProfileSessionStatus
+from stepscope.tiers import Tier
 
 GROUP = "stepscope.dev"
 VERSION = "v1alpha1"
@@ -30,8 +31,6 @@ API_VERSION = f"{GROUP}/{VERSION}"
 
 MAX_WINDOW_STEPS = 1000
 MAX_WARMUP_STEPS = 100
-
-Granularity = Literal["steps", "ops", "full"]
 
 
 class TargetKind(StrEnum):
@@ -230,8 +229,9 @@ class ProfileSessionSpec(ApiModel):
         description="Desired state. The global steps to capture. Default: 5 steps, planned.",
         json_schema_extra={"default": WINDOW_DEFAULT},
     )
-    granularity: Granularity = Field(
-        "ops",
+    # The tiers of the one tier table (stepscope/tiers.py), as the agent records them.
+    granularity: Tier = Field(
+        Tier.OPS,
         description=(
             "Desired state. How much is recorded: 'steps' (per-step phase timings and GPU "
             "counters only), 'ops' (plus CPU and CUDA profiler activities), 'full' (plus "

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime
+from enum import StrEnum
 from typing import Literal, Self
 
 from pydantic import Field, model_validator
 
 from stepscope.api.base import ApiModel
 from stepscope.api.meta import MAX_CONDITIONS, Condition
+from stepscope.failures import FailureCode
 
 # Lists of ranks in status name at most this many ranks; the counts say how many there were.
 MAX_LISTED_RANKS = 10
@@ -26,18 +28,74 @@ POD_NAME_MAX_LENGTH = 253
 FAILURE_REASON_MAX_LENGTH = 128
 URI_MAX_LENGTH = 1024
 
-Phase = Literal[
-    "Pending",
-    "Planning",
-    "Armed",
-    "Capturing",
-    "Collecting",
-    "Analyzing",
-    "Succeeded",
-    "PartiallySucceeded",
-    "Failed",
-]
-TERMINAL_PHASES: frozenset[str] = frozenset({"Succeeded", "PartiallySucceeded", "Failed"})
+
+class Phase(StrEnum):
+    """Where a session is. The operator moves it forward only; the last three are final."""
+
+    PENDING = "Pending"
+    PLANNING = "Planning"
+    ARMED = "Armed"
+    CAPTURING = "Capturing"
+    COLLECTING = "Collecting"
+    ANALYZING = "Analyzing"
+    SUCCEEDED = "Succeeded"
+    PARTIALLY_SUCCEEDED = "PartiallySucceeded"
+    FAILED = "Failed"
+
+
+TERMINAL_PHASES: frozenset[Phase] = frozenset(
+    {Phase.SUCCEEDED, Phase.PARTIALLY_SUCCEEDED, Phase.FAILED}
+)
+
+
+class Reason(StrEnum):
+    """Every reason the operator writes: on the Ready condition (and the other conditions)
+    of sessions and schedules, and on the Events it posts. One CamelCase word each, as
+    Kubernetes reasons are; the message beside it says the details in words for people."""
+
+    # Waiting to start.
+    TARGET_BUSY = "TargetBusy"
+    CONCURRENCY_LIMIT = "ConcurrencyLimit"
+    START_TIMEOUT = "StartTimeout"
+    # The target.
+    TARGET_NOT_FOUND = "TargetNotFound"
+    TARGET_FINISHED = "TargetFinished"
+    TARGET_INVALID = "TargetInvalid"
+    TOO_MANY_RANKS = "TooManyRanks"
+    WAITING_FOR_PODS = "WaitingForPods"
+    # Planning the window.
+    AGENTS_UNREACHABLE = "AgentsUnreachable"
+    WAITING_FOR_STEPS = "WaitingForSteps"
+    START_STEP_PASSED = "StartStepPassed"
+    WINDOW_PAST_DEADLINE = "WindowPastDeadline"
+    PLAN_LOST = "PlanLost"
+    # Arming and capturing.
+    ARMING = "Arming"
+    AGENTS_ARMED = "AgentsArmed"
+    NO_AGENT_ARMED = "NoAgentArmed"
+    WINDOW_REACHED = "WindowReached"
+    WINDOW_MISSED = "WindowMissed"
+    REPLANNING = "Replanning"
+    REPLANNED = "Replanned"
+    # Collecting and analysing.
+    MERGING = "Merging"
+    ANALYZED = "Analyzed"
+    ANALYSIS_FAILED = "AnalysisFailed"
+    ALL_RANKS_CAPTURED = "AllRanksCaptured"
+    SOME_RANKS_MISSING = "SomeRanksMissing"
+    NO_RANK_CAPTURED = "NoRankCaptured"
+    # After the end.
+    RETENTION_ENDED = "RetentionEnded"
+    ARTIFACTS_EXPIRED = "ArtifactsExpired"
+    OPERATOR_ERROR = "OperatorError"
+    # Schedules.
+    SCHEDULED = "Scheduled"
+    INVALID_SCHEDULE = "InvalidSchedule"
+    SUSPENDED = "Suspended"
+    SESSION_CREATED = "SessionCreated"
+    REGRESSION = "Regression"
+
+
 Bottleneck = Literal[
     "compute", "communication", "data-loading", "host-overhead", "idle", "straggler", "unknown"
 ]
@@ -91,6 +149,14 @@ class RankFailure(RankRef):
     reason: str = Field(
         max_length=FAILURE_REASON_MAX_LENGTH,
         description="Observed state. Why the capture failed, in words for people.",
+    )
+    code: FailureCode | None = Field(
+        None,
+        description=(
+            "Observed state. The agent's failure code (see docs/agent.md), when the agent "
+            "reported one; unset when the operator judged the rank itself (still running "
+            "at the deadline)."
+        ),
     )
 
 

@@ -120,3 +120,13 @@ def test_hook_install_command_copies_a_loadable_hook(agent_image, tmp_path):
         check=False,
     )
     assert result.returncode == 0 and result.stdout.strip() == "True", result.stderr
+    # The trainer-side modules load from the hook alone, with no site-packages at all.
+    bare = subprocess.run(
+        [sys.executable, "-S", "-c", "import stepscope_agent.messages, stepscope.tiers"],
+        env={"PYTHONPATH": str(destination)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert bare.returncode == 0, bare.stderr

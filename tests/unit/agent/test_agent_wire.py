@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from pydantic import ValidationError
+from stepscope_agent import messages
 
 from stepscope.api.agent import (
     AgentStatus,
+    CaptureFailure,
     CaptureRequest,
     CaptureState,
+    FailureCode,
+    RankCaptureStatus,
     overall_state,
 )
 
@@ -111,3 +117,34 @@ def test_status_serialises_with_api_version():
     status = AgentStatus(pod="p", agent_time=1.0, agent_version="0.1.0")
     assert status.to_wire()["apiVersion"] == "v1"
     assert status.to_wire()["gpuPresent"] is False
+
+
+@pytest.mark.parametrize("code", list(FailureCode))
+def test_every_failure_code_round_trips_on_both_wires(code):
+    failure = CaptureFailure(code=code, message=f"{code} happened", reached_step=7, start_step=5)
+    status = RankCaptureStatus(rank=0, state=CaptureState.FAILED, failure=failure)
+    wire = status.to_wire()
+    assert wire["failure"] == {
+        "code": code.value,
+        "message": f"{code} happened",
+        "reachedStep": 7,
+        "startStep": 5,
+    }
+    assert RankCaptureStatus.model_validate(wire).failure == failure
+    # The trainer reports the same codes over the socket.
+    sent = messages.WindowFailed(
+        capture_id="c", code=code, message=failure.message, reached_step=7, start_step=5
+    )
+    assert messages.decode(messages.encode(sent)).code is code
+
+
+def test_an_unknown_failure_code_is_refused_naming_the_field():
+    with pytest.raises(ValidationError) as caught:
+        CaptureFailure.model_validate({"code": "gremlins", "message": "m"})
+    assert "code" in str(caught.value)
+
+
+def test_failure_codes_are_unique_snake_case_words():
+    values = [code.value for code in FailureCode]
+    assert len(set(values)) == len(values)
+    assert all(re.fullmatch(r"[a-z]+(_[a-z]+)*", value) for value in values), values

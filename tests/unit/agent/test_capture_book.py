@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from stepscope_agent.captures import CaptureBook, CaptureConflict
 
-from stepscope.api.agent import CaptureRequest, CaptureState
+from stepscope.api.agent import CaptureRequest, CaptureState, FailureCode
 
 GRANT = {"key": "k", "expiresAt": "2030-01-01T00:00:00Z", "putUrl": "http://s3/x"}
 DEADLINE = datetime(2030, 1, 1, tzinfo=UTC)
@@ -48,6 +48,11 @@ def test_rank_exit_before_the_window_is_not_reached_and_inside_it_failed():
     status = capture.status()
     assert [r.state for r in status.ranks] == [CaptureState.NOT_REACHED, CaptureState.FAILED]
     assert "exited at step 42, before start step 100" in status.ranks[0].reason
+    assert [(r.failure.code, r.failure.reached_step) for r in status.ranks] == [
+        (FailureCode.TRAINER_EXITED_BEFORE_START, 42),
+        (FailureCode.TRAINER_EXITED_IN_WINDOW, 101),
+    ]
+    assert status.ranks[0].failure.message == status.ranks[0].reason
     assert status.state == CaptureState.NOT_REACHED
     assert "rank 0" in status.reason and "rank 1" in status.reason
 
@@ -65,6 +70,11 @@ def test_deadline_ends_waiting_ranks_but_lets_uploads_finish():
         CaptureState.FAILED,
         CaptureState.UPLOADING,
     ]
+    assert [r.failure and r.failure.code for r in capture.status().ranks] == [
+        FailureCode.DEADLINE_BEFORE_START,
+        FailureCode.DEADLINE_IN_WINDOW,
+        None,
+    ]
 
 
 def test_final_rank_states_do_not_change_and_cancel_keeps_finished_ranks():
@@ -74,5 +84,7 @@ def test_final_rank_states_do_not_change_and_cancel_keeps_finished_ranks():
     assert book.update("c", 0, state=CaptureState.FAILED) is None
     book.cancel("c")
     assert [r.state for r in capture.status().ranks] == [CaptureState.DONE, CaptureState.CANCELLED]
+    assert capture.ranks[1].failure.code == FailureCode.CANCELLED
+    assert capture.ranks[0].failure is None
     assert capture.status().state == CaptureState.CANCELLED
     assert book.pending_for(1) == []

@@ -62,5 +62,5 @@ def test_data_wait_is_charged_to_the_step_and_the_ring_is_bounded():
         counter.optimizer_stepped(optimizer)
     assert len(counter.ring) == settings.RING_CAPACITY
     recent = counter.recent()
-    assert recent["globalStep"] == settings.RING_CAPACITY + 11
-    assert recent["dataWaitMs"] == 0.0
+    assert recent.global_step == settings.RING_CAPACITY + 11
+    assert recent.data_wait_ms == 0.0

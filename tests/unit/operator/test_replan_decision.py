@@ -7,12 +7,11 @@ from stepscope_operator.planning import (
     LeadWindow,
     WindowPlan,
     decide_replan,
-    missed_start_step,
     plan_window,
 )
 from stepscope_operator.probing import Probe
 
-from stepscope.api.agent import AgentStatus
+from stepscope.api.agent import AgentStatus, CaptureFailure, FailureCode
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 PLAN = WindowPlan(
@@ -26,23 +25,54 @@ PLAN = WindowPlan(
     expected_start=NOW,
     expected_end=NOW,
 )
-LATE = "failed: armed at step 160, after start step 120"
-QUEUED = "failed: step 120 began before the window could start (now 150)"
+LATE = CaptureFailure(
+    code=FailureCode.ARMED_AFTER_START,
+    message="armed at step 160, after start step 120",
+    reached_step=160,
+    start_step=120,
+)
+QUEUED = CaptureFailure(
+    code=FailureCode.START_PASSED,
+    message="step 120 began before the window could start (now 150)",
+    reached_step=150,
+    start_step=120,
+)
+EXITED = CaptureFailure(
+    code=FailureCode.TRAINER_EXITED_BEFORE_START,
+    message="trainer exited at step 3, before start step 120",
+    reached_step=3,
+    start_step=120,
+)
 
 
 def decide(outcomes, lead=2.0, missed_before=(), max_replans=3, fixed_start=False):
     return decide_replan(outcomes, PLAN, lead, list(missed_before), max_replans, fixed_start)
 
 
-def test_the_agents_words_give_the_step_the_ranks_had_reached():
-    assert missed_start_step(LATE) == 160
-    assert missed_start_step(QUEUED) == 150
-    assert missed_start_step("failed: profiler error at step 3: boom") is None
-    assert missed_start_step(None) is None
+def test_the_failure_code_and_reached_step_say_where_the_ranks_were():
+    assert decide([("failed", LATE)]).missed == "steps 120-124 (ranks were at step 160)"
+    assert decide([("failed", QUEUED)]).missed == "steps 120-124 (ranks were at step 150)"
+    # Another code is no missed start, whatever its words or its step say.
+    profiler = CaptureFailure(
+        code=FailureCode.PROFILER_ERROR,
+        message="armed at step 160, after start step 120",
+        reached_step=160,
+    )
+    assert decide([("failed", profiler)]) is None
+    assert decide([("failed", EXITED)]) is None
+    # A missed start that does not say where the rank was cannot be planned past.
+    assert decide([("failed", LATE.model_copy(update={"reached_step": None}))]) is None
+
+
+def test_the_decision_reads_codes_not_words():
+    reworded = LATE.model_copy(update={"message": "zu spät: Schritt 160"})
+    assert decide([("failed", reworded)]).missed == "steps 120-124 (ranks were at step 160)"
+    disguised = EXITED.model_copy(update={"message": LATE.message})
+    assert decide([("failed", disguised)]) is None
 
 
 def test_every_rank_late_replans_with_twice_the_lead_or_the_arm_time():
-    decision = decide([("failed", LATE), ("failed", QUEUED), ("missing", "unreachable")])
+    decision = decide([("failed", LATE), ("failed", QUEUED), ("missing", None)])
     # The arm took 60 steps of 10 ms = 0.6 s (from the probe at 100 to step 160); the lead
     # doubles from 2 s to 4 s, which is longer.
     assert decision.replan and decision.lead_seconds == 4.0
@@ -51,8 +81,9 @@ def test_every_rank_late_replans_with_twice_the_lead_or_the_arm_time():
 
     slow_arm = decide([("failed", LATE)], lead=0.1)
     assert slow_arm.lead_seconds == 1.2  # twice the 0.6 s the arm really took
+    just_late = LATE.model_copy(update={"reached_step": 101, "start_step": 100})
     zero = decide_replan(
-        [("failed", "failed: armed at step 101, after start step 100")],
+        [("failed", just_late)],
         PLAN.model_copy(update={"highest_step": 100}),
         0.0,
         [],
@@ -63,10 +94,11 @@ def test_every_rank_late_replans_with_twice_the_lead_or_the_arm_time():
 
 
 def test_other_failures_or_misaligned_ranks_mean_no_replan():
-    assert decide([("failed", LATE), ("failed", "failed: trainer exited at step 3")]) is None
-    assert decide([("failed", LATE), ("misaligned", "captured steps 1-5")]) is None
+    assert decide([("failed", LATE), ("failed", EXITED)]) is None
+    assert decide([("failed", LATE), ("failed", None)]) is None  # still running at the deadline
+    assert decide([("failed", LATE), ("misaligned", None)]) is None
     assert decide([("captured", None), ("captured", None)]) is None
-    assert decide([("missing", "unreachable")]) is None
+    assert decide([("missing", None)]) is None
     assert decide([]) is None
 
 

@@ -14,7 +14,14 @@ from stepscope_operator.targets import RankTarget
 
 from stepscope.analysis.job_model import Evidence, Finding, JobSummary, Placement, Straggler
 from stepscope.analysis.summary_model import Breakdown, RankSummary, StepRecord
-from stepscope.api.agent import CaptureStatus, RankCaptureStatus
+from stepscope.api.agent import (
+    CaptureFailure,
+    CaptureStatus,
+    FailureCode,
+    RankCaptureStatus,
+    StepStatistics,
+    Tier,
+)
 from stepscope.api.session_status import MAX_LISTED_RANKS, ProfileSessionStatus
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -28,7 +35,11 @@ def capture(*ranks, state="done"):
     return CaptureStatus(capture_id="c", state=state, start_step=10, end_step=14, ranks=list(ranks))
 
 
-def rank(r, state="done", first=10, last=14, reason=None):
+def statistics(r):
+    return StepStatistics(tier=Tier.STEPS, rank=r, first_step=10, last_step=14)
+
+
+def rank(r, state="done", first=10, last=14, reason=None, failure=None):
     return RankCaptureStatus(
         rank=r,
         state=state,
@@ -36,15 +47,22 @@ def rank(r, state="done", first=10, last=14, reason=None):
         last_step=last,
         steps_captured=5,
         reason=reason,
-        summary={"rank": r},
+        failure=failure,
+        summary=statistics(r),
     )
+
+
+DEADLINE = CaptureFailure(
+    code=FailureCode.DEADLINE_BEFORE_START, message="deadline passed", start_step=10
+)
 
 
 def test_every_rank_captured_is_success():
     obs = {f"pod-{r}": PodObservation(pod=f"pod-{r}", capture=capture(rank(r))) for r in range(3)}
     outcomes = judge_ranks(targets(3), obs, 10, 14)
     assert [o.verdict for o in outcomes] == ["captured"] * 3
-    assert outcomes[1].summary == {"rank": 1}
+    assert outcomes[1].summary == statistics(1)
+    assert all(o.failure is None for o in outcomes)
     ranks = tally_ranks(outcomes)
     assert (ranks.expected, ranks.captured, ranks.missing_count, ranks.failed_count) == (3, 3, 0, 0)
     assert final_phase(ranks)[0] == "Succeeded"
@@ -59,16 +77,28 @@ def test_unreachable_pod_is_missing_and_named_in_partial_success():
         "pod-2": PodObservation(
             pod="pod-2",
             capture=capture(
-                rank(2, state="not_reached", first=None, last=None, reason="deadline passed"),
+                rank(
+                    2,
+                    state="not_reached",
+                    first=None,
+                    last=None,
+                    reason="deadline passed",
+                    failure=DEADLINE,
+                ),
                 state="not_reached",
             ),
         ),
         "pod-3": PodObservation(pod="pod-3", capture=capture(rank(3, first=11, last=15))),
     }
-    ranks = tally_ranks(judge_ranks(targets(4), obs, 10, 14))
+    outcomes = judge_ranks(targets(4), obs, 10, 14)
+    # The agent's typed failure travels with the outcome, for decisions on its code.
+    assert outcomes[2].failure == DEADLINE and outcomes[1].failure is None
+    ranks = tally_ranks(outcomes)
     assert ranks.captured == 1 and ranks.misaligned == 1
     assert [(r.rank, r.pod) for r in ranks.missing] == [(1, "pod-1")]
     assert ranks.failed[0].rank == 2 and "not_reached: deadline passed" in ranks.failed[0].reason
+    assert ranks.failed[0].code == FailureCode.DEADLINE_BEFORE_START
+    assert ranks.to_wire()["failed"][0]["code"] == "deadline_before_start"
     phase, reason, message = final_phase(ranks)
     assert phase == "PartiallySucceeded" and reason == "SomeRanksMissing"
     assert (
@@ -90,6 +120,7 @@ def test_rank_still_capturing_at_deadline_fails_and_nothing_captured_is_failed()
         "still capturing at the deadline",
         "still armed at the deadline",
     ]
+    assert [f.code for f in ranks.failed] == [None, None]  # the operator's own judgement
     assert final_phase(ranks)[:2] == ("Failed", "NoRankCaptured")
 
 

@@ -1,24 +1,70 @@
-"""The operator tells a trace summary from the agent's step-time statistics."""
+"""A rank's summary says its kind: a trace summary or step-time statistics, nothing else."""
 
-from stepscope_operator.collecting import is_rank_summary
+import pytest
+from pydantic import ValidationError
 
-from stepscope.analysis.step_timings import StepTiming, summarize_step_timings
 from stepscope.analysis.summary_model import RankSummary
+from stepscope.api.agent import (
+    RankCaptureStatus,
+    StepStatistics,
+    StepTimeStats,
+    SummaryKind,
+    Tier,
+    TraceSummary,
+    parse_capture_summary,
+)
+
+TRACE = TraceSummary(tier=Tier.OPS, rank_summary=RankSummary(rank=0, device_kind="cpu"))
+STATISTICS = StepStatistics(
+    tier=Tier.STEPS,
+    rank=1,
+    first_step=20,
+    last_step=24,
+    step_time_ms=StepTimeStats(p50=51.0, max=60.0),
+)
 
 
-def test_rank_summaries_and_step_statistics_are_told_apart():
-    trace = RankSummary(rank=0, device_kind="cpu").model_dump(mode="json", by_alias=True)
-    assert is_rank_summary(trace)
-    # What the agent's steps tier (and its fallback) puts in the capture status.
-    steps_tier = {
-        "rank": 0,
-        "firstStep": 20,
-        "lastStep": 24,
-        "stepTimeMs": {"p50": 51.0, "max": 60.0},
-        "dataWaitMs": {"p50": 0.1},
-    }
-    assert not is_rank_summary(steps_tier)
-    assert not is_rank_summary({**steps_tier, "summaryError": "summary unavailable: boom"})
-    # A stored step-timings RankSummary is a full summary and loads as one.
-    timed = summarize_step_timings(1, [StepTiming(step=3, duration_ms=9.0)])
-    assert is_rank_summary(timed.model_dump(mode="json"))
+def test_both_kinds_parse_from_the_wire_into_their_own_model():
+    trace = parse_capture_summary(TRACE.to_wire())
+    assert isinstance(trace, TraceSummary) and trace == TRACE
+    assert trace.rank_summary.device_kind == "cpu"
+    statistics = parse_capture_summary(STATISTICS.to_wire())
+    assert isinstance(statistics, StepStatistics) and statistics == STATISTICS
+    assert STATISTICS.to_wire()["kind"] == SummaryKind.STEP_TIMINGS == "step-timings"
+
+
+def test_a_trace_that_could_not_be_summarised_is_a_typed_field():
+    failed = STATISTICS.model_copy(
+        update={"tier": Tier.OPS, "trace_not_summarised": "summary unavailable: boom"}
+    )
+    parsed = parse_capture_summary(failed.to_wire())
+    assert parsed.trace_not_summarised == "summary unavailable: boom"
+    assert "summaryError" not in failed.to_wire()
+
+
+def test_the_capture_status_carries_the_typed_summary():
+    status = RankCaptureStatus.model_validate(
+        {"rank": 0, "state": "done", "summary": STATISTICS.to_wire()}
+    )
+    assert isinstance(status.summary, StepStatistics)
+    assert RankCaptureStatus.model_validate(status.to_wire()) == status
+
+
+@pytest.mark.parametrize(
+    ("garbage", "words"),
+    [
+        (
+            {"rank": 0, "stepTimeMs": {"p50": 1.0}},
+            "Unable to extract tag using discriminator 'kind'",
+        ),
+        ({"kind": "histogram", "rank": 0}, "does not match any of the expected tags"),
+        ({"kind": "trace", "tier": "ops"}, "rankSummary"),
+        ({"kind": "step-timings", "tier": "ops", "rank": 0}, "firstStep"),
+        ({**STATISTICS.to_wire(), "tier": "everything"}, "tier"),
+        ([1, 2, 3], "dict"),
+    ],
+)
+def test_garbage_is_refused_naming_the_field(garbage, words):
+    with pytest.raises(ValidationError) as caught:
+        parse_capture_summary(garbage)
+    assert words in str(caught.value)
