@@ -298,7 +298,7 @@ async def collect_and_analyze(
     try:
         job = merge_job(summaries, record.targets)
         artifacts = await asyncio.to_thread(
-            publish_artifacts, ctx.buckets, prefix, job, ctx.now(), retention
+            publish_artifacts, ctx.buckets, prefix, job, ctx.now(), retention, notes
         )
     except (MergeError, ValidationError) as exc:
         why = f"analysis failed: {exc}" + (f" ({'; '.join(notes)})" if notes else "")
