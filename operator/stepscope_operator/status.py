@@ -151,7 +151,7 @@ def tally_ranks(outcomes: list[RankOutcome]) -> RanksStatus:
         misaligned=sum(o.verdict == "misaligned" for o in outcomes),
         missing=[RankRef(rank=o.rank, pod=o.pod) for o in outcomes if o.verdict == "missing"],
         failed=[
-            RankFailure(rank=o.rank, pod=o.pod, reason=_clip(o.reason or "failed", 256))
+            RankFailure(rank=o.rank, pod=o.pod, reason=o.reason or "failed")
             for o in outcomes
             if o.verdict == "failed"
         ],

@@ -69,7 +69,9 @@ def test_good_targets(target: dict) -> None:
     ProfileSessionSpec.model_validate(spec(target=target))
 
 
-@pytest.mark.parametrize("retention", ["168h", "30m", "1h30m", "45s", "2h0m0s"])
+@pytest.mark.parametrize(
+    "retention", ["168h", "30m", "1h30m", "45s", "2h0m0s", "8760h", "525600m", "0008760h"]
+)
 def test_good_retentions(retention: str) -> None:
     ProfileSessionSpec.model_validate(spec(artifacts={"retention": retention}))
 
@@ -106,6 +108,16 @@ BAD_SPECS = {
         "write 7 days as 168h",
     ),
     "retention zero": (spec(artifacts={"retention": "0h"}), "artifacts.retention", "positive"),
+    "retention without end": (
+        spec(artifacts={"retention": "99999999h"}),
+        "artifacts.retention",
+        "artifacts.retention must be at most 8760h",
+    ),
+    "retention a minute past a year": (
+        spec(artifacts={"retention": "8760h1m"}),
+        "artifacts.retention",
+        "at most 8760h",
+    ),
     "ranks words": (spec(target={"pytorchJob": "a", "ranks": "first"}), "target.ranks", "'0,3,7'"),
     "ranks trailing comma": (
         spec(target={"pytorchJob": "a", "ranks": "0,3,"}),
