@@ -20,12 +20,16 @@ from kubernetes.client.exceptions import ApiException
 
 from stepscope.api.meta import LabelSelector
 from stepscope.api.session import GROUP, VERSION
+from stepscope.api.text import clip_text
 from stepscope_operator.targets import TargetKind, label_selector_for
 
 SESSION_PLURAL = "profilesessions"
 SCHEDULE_PLURAL = "profileschedules"
 SESSION_KIND = "ProfileSession"
 COMPONENT = "stepscope-operator"
+# Kubernetes bounds Event notes to 1 KiB (events.k8s.io), so a message
+# quoting an error is clipped here, where every Event is made.
+EVENT_MESSAGE_MAX_LENGTH = 1024
 
 # (group, version, plural, kind) of each job kind a session can target.
 JOB_RESOURCES = {
@@ -195,7 +199,7 @@ class KubeApi:
             },
             "type": type_,
             "reason": reason,
-            "message": message,
+            "message": clip_text(message, EVENT_MESSAGE_MAX_LENGTH),
             "source": {"component": COMPONENT},
             "reportingComponent": f"{GROUP}/operator",
             "reportingInstance": self._instance,
