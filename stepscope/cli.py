@@ -11,9 +11,7 @@ import argparse
 import gzip
 import json
 import re
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 from stepscope.analysis.job_model import JobSummary
@@ -29,16 +27,13 @@ from stepscope.storage import SessionArtifact
 TOP_FINDINGS = 5
 
 
+class NoReadableTraceError(Exception):
+    """Every trace found failed to read; each was named in a note as it was skipped."""
+
+
 def _summarize(source: TraceSource) -> RankSummary:
-    """Summarise one source; S3 objects are streamed to a temporary file first."""
-    if source.name.startswith("s3://"):
-        suffix = ".json.gz" if source.name.endswith(".gz") else ".json"
-        with tempfile.NamedTemporaryFile(suffix=suffix) as local, source.open() as body:
-            shutil.copyfileobj(body, local)
-            local.flush()
-            summary = summarize_rank(Path(local.name), rank=source.rank_hint)
-    else:
-        summary = summarize_rank(Path(source.name), rank=source.rank_hint)
+    """Summarise one source, streamed straight from its file or S3 object."""
+    summary = summarize_rank(source.name, rank=source.rank_hint, opener=source.open)
     return summary.model_copy(update={"source": source.name})
 
 
@@ -103,7 +98,14 @@ def write_outputs(job: JobSummary, sources: list[tuple[int, TraceSource]], out_d
     (out_dir / SessionArtifact.SUMMARY.value).write_text(job.model_dump_json(indent=2))
     (out_dir / SessionArtifact.REPORT.value).write_text(render_report(job), encoding="utf-8")
     with gzip.open(out_dir / SessionArtifact.MERGED_TRACE.value, "wb", compresslevel=6) as merged:
-        write_merged_trace([(rank, s.open) for rank, s in sources], job.offsets_us, merged)
+        written = write_merged_trace(
+            [(rank, s.open) for rank, s in sources],
+            job.offsets_us,
+            merged,
+            names={rank: s.name for rank, s in sources},
+        )
+    for note in written.notes():
+        print(f"note: {note}", file=sys.stderr)
 
 
 def _job_dir_name(summaries: list[RankSummary]) -> str:
@@ -120,10 +122,19 @@ def analyze(
     ranks, different world sizes), each job gets its own subfolder of `out_dir`.
     """
     sources = find_sources(path, exclude=out_dir)
-    summarised = []
+    summarised, failures = [], []
     for source in sources:
         print(f"summarising {source.name}", file=sys.stderr)
-        summarised.append((source, _summarize(source)))
+        try:
+            summarised.append((source, _summarize(source)))
+        except TraceReadError as error:
+            # One bad rank must not hide what the others show; say so and go on.
+            failures.append(error)
+            print(f"note: skipped: {error}", file=sys.stderr)
+    if not summarised:
+        if len(failures) == 1:
+            raise failures[0]
+        raise NoReadableTraceError(f"none of the {len(failures)} traces under {path} is readable")
     source_of = {id(summary): source for source, summary in summarised}
     jobs = split_into_jobs([summary for _, summary in summarised])
     where = _placement(placement)
@@ -131,6 +142,9 @@ def analyze(
     for summaries in jobs:
         job_dir = out_dir if len(jobs) == 1 else out_dir / _job_dir_name(summaries)
         job = merge_ranks(summaries, placement=where)
+        if failures:
+            skipped = [f"skipped: {error}" for error in failures]
+            job = job.model_copy(update={"notes": [*job.notes, *skipped]})
         write_outputs(job, [(s.rank, source_of[id(s)]) for s in summaries], job_dir)
         results.append((job_dir, job))
     return results
@@ -140,7 +154,13 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     out_dir = args.out or Path("stepscope-analysis")
     try:
         results = analyze(args.path, out_dir, args.placement)
-    except (MergeError, TraceReadError, ValueError, FileNotFoundError) as error:
+    except (
+        MergeError,
+        TraceReadError,
+        NoReadableTraceError,
+        ValueError,
+        FileNotFoundError,
+    ) as error:
         print(f"stepscope analyze: {error}", file=sys.stderr)
         return 2
     for job_dir, job in results:

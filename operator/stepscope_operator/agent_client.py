@@ -4,12 +4,24 @@ a timeout, because one hung agent must never stall a whole session."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
+from pydantic import BaseModel, ValidationError
 
+from stepscope.analysis.trace_input import loads_bounded
 from stepscope.api import agent as wire
 from stepscope_operator.agent_token import agent_token_for_namespace
+
+# Agents run in tenants' pods, so their replies are untrusted input to the shared
+# operator. The largest honest reply is a capture status carrying the summaries of every
+# rank in the pod: 8 ranks at most ~2 MiB each (4096 step records and 512 collectives,
+# summary_model's caps). 16 MiB is that with room; anything longer is refused unread.
+MAX_REPLY_BYTES = 16 * 1024 * 1024
+REPLY_CHUNK_BYTES = 64 * 1024
+# How much of an agent's error text is kept in the AgentError (it ends up in status).
+MAX_ERROR_TEXT = 300
+Reply = TypeVar("Reply", bound=BaseModel)
 
 
 class AgentError(Exception):
@@ -42,19 +54,22 @@ class AgentClient:
         return cls(session, agent_token_for_namespace(master_token, namespace), port, timeout_s)
 
     async def status(self, pod: str, ip: str) -> wire.AgentStatus:
-        return wire.AgentStatus.model_validate(await self._call(pod, ip, "GET", wire.STATUS_PATH))
+        body = await self._call(pod, ip, "GET", wire.STATUS_PATH)
+        return _validated(pod, f"GET {wire.STATUS_PATH}", wire.AgentStatus, body)
 
     async def arm(self, pod: str, ip: str, request: wire.CaptureRequest) -> wire.CaptureStatus:
         body = await self._call(pod, ip, "POST", wire.CAPTURES_PATH, request.to_wire())
-        return wire.CaptureStatus.model_validate(body)
+        return _validated(pod, f"POST {wire.CAPTURES_PATH}", wire.CaptureStatus, body)
 
     async def capture(self, pod: str, ip: str, capture_id: str) -> wire.CaptureStatus:
-        body = await self._call(pod, ip, "GET", wire.capture_path(capture_id))
-        return wire.CaptureStatus.model_validate(body)
+        path = wire.capture_path(capture_id)
+        body = await self._call(pod, ip, "GET", path)
+        return _validated(pod, f"GET {path}", wire.CaptureStatus, body)
 
     async def cancel(self, pod: str, ip: str, capture_id: str) -> wire.CaptureStatus:
-        body = await self._call(pod, ip, "DELETE", wire.capture_path(capture_id))
-        return wire.CaptureStatus.model_validate(body)
+        path = wire.capture_path(capture_id)
+        body = await self._call(pod, ip, "DELETE", path)
+        return _validated(pod, f"DELETE {path}", wire.CaptureStatus, body)
 
     async def _call(
         self, pod: str, ip: str, method: str, path: str, body: dict[str, Any] | None = None
@@ -67,11 +82,13 @@ class AgentClient:
             async with self._session.request(
                 method, url, json=body, headers=self._headers, timeout=self._timeout
             ) as response:
-                payload = await response.json(content_type=None)
+                payload = await _read_json(pod, f"{method} {path}", response)
                 if response.status >= 400:
                     error = payload.get("error") if isinstance(payload, dict) else payload
                     raise AgentError(
-                        pod, f"{method} {path} -> {response.status}: {error}", response.status
+                        pod,
+                        f"{method} {path} -> {response.status}: {str(error)[:MAX_ERROR_TEXT]}",
+                        response.status,
                     )
                 return payload
         except TimeoutError as exc:
@@ -80,3 +97,35 @@ class AgentClient:
             ) from exc
         except (aiohttp.ClientError, ValueError) as exc:
             raise AgentError(pod, f"{method} {path} failed: {exc}") from exc
+
+
+async def _read_json(pod: str, call: str, response: aiohttp.ClientResponse) -> Any:
+    """The reply's JSON, read to at most MAX_REPLY_BYTES and within the nesting limits."""
+    too_long = f"{call}: the reply is longer than {MAX_REPLY_BYTES:,} bytes (MAX_REPLY_BYTES)"
+    if (response.content_length or 0) > MAX_REPLY_BYTES:
+        raise AgentError(pod, too_long, response.status)
+    body = bytearray()
+    async for chunk in response.content.iter_chunked(REPLY_CHUNK_BYTES):
+        body += chunk
+        if len(body) > MAX_REPLY_BYTES:
+            raise AgentError(pod, too_long, response.status)
+    try:
+        return loads_bounded(bytes(body), MAX_REPLY_BYTES)
+    except ValueError as exc:  # LimitExceeded and json.JSONDecodeError
+        raise AgentError(
+            pod, f"{call}: the reply is not usable JSON: {str(exc)[:MAX_ERROR_TEXT]}"
+        ) from exc
+
+
+def _validated(pod: str, call: str, model: type[Reply], body: Any) -> Reply:
+    """`body` as the wire model, or an AgentError that says what was wrong with it."""
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "the body"
+        raise AgentError(
+            pod,
+            f"{call}: the reply is not a valid {model.__name__} ({exc.error_count()} "
+            f"error(s), first at {where}: {first['msg'][:MAX_ERROR_TEXT]})",
+        ) from exc

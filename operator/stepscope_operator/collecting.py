@@ -10,7 +10,6 @@ temporary gzip file, then uploaded in parts.
 from __future__ import annotations
 
 import gzip
-import json
 import tempfile
 from collections.abc import Iterable
 from datetime import datetime, timedelta
@@ -23,12 +22,18 @@ from stepscope.analysis.merged_trace import write_merged_trace
 from stepscope.analysis.report import render_report
 from stepscope.analysis.step_timings import summarize_steps_document
 from stepscope.analysis.summary_model import RankSummary
+from stepscope.analysis.trace_input import loads_bounded
 from stepscope.api.agent import StepStatistics, TraceSummary, parse_capture_summary
 from stepscope.api.session_status import StatusArtifacts
 from stepscope.storage import RankArtifact, SessionArtifact, rank_key, s3_uri, session_key
 from stepscope_operator.buckets import Buckets
 from stepscope_operator.status import RankOutcome
 from stepscope_operator.targets import RankTarget
+
+# A rank summary is at most ~2 MiB (summary_model caps steps at 4096 and collectives at
+# 512) and steps.json is smaller; 8 MiB is that with room, and bounds what one hostile
+# object in a tenant's prefix costs the operator.
+MAX_STORED_JSON_BYTES = 8 * 1024 * 1024
 
 
 def gather_summaries(
@@ -58,7 +63,8 @@ def gather_summaries(
                 if summary is None:
                     notes.append(f"{who}: no trace summary and no steps.json")
                     continue
-        except (ValidationError, ValueError) as exc:
+        except (ValidationError, ValueError, TypeError, AttributeError, KeyError) as exc:
+            # Tenant data: whatever shape it has, the rank becomes a note, not a crash.
             count = exc.error_count() if isinstance(exc, ValidationError) else None
             notes.append(
                 f"{who}: unreadable summary "
@@ -93,8 +99,16 @@ def _step_timings_summary(
 
 
 def _stored_json(buckets: Buckets, key: str) -> dict | None:
-    stored = buckets.get_bytes(key)
-    return json.loads(stored) if stored else None
+    """A rank's stored summary or step timings, read to at most MAX_STORED_JSON_BYTES.
+
+    The agent in the tenant's pod wrote it, so it is parsed within the reader's nesting
+    and string limits; a refused one raises ValueError, which becomes a note."""
+    stream = buckets.open_stream(key)
+    if stream is None:
+        return None
+    with stream:
+        stored = stream.read(MAX_STORED_JSON_BYTES + 1)
+    return loads_bounded(stored, MAX_STORED_JSON_BYTES) if stored else None
 
 
 def merge_job(summaries: list[RankSummary], targets: Iterable[RankTarget]) -> JobSummary:
@@ -110,8 +124,14 @@ def publish_artifacts(
     job: JobSummary,
     now: datetime,
     retention: timedelta,
+    notes: list[str] | None = None,
 ) -> StatusArtifacts:
-    """Upload summary.json, report.html and merged.trace.json.gz; describe what is stored."""
+    """Upload summary.json, report.html and merged.trace.json.gz; describe what is stored.
+
+    Rank traces are tenant data: one that is unreadable or breaks the reader's limits
+    is cut short in the merged trace, and a line naming it and the limit is appended to
+    `notes`; it never fails the session or the operator.
+    """
     buckets.put_bytes(
         session_key(prefix, SessionArtifact.SUMMARY),
         job.model_dump_json().encode(),
@@ -129,13 +149,19 @@ def publish_artifacts(
         for summary in job.ranks
         if rank_key(prefix, summary.rank, RankArtifact.TRACE) in stored
     ]
+    names = {
+        summary.rank: s3_uri(buckets.bucket, rank_key(prefix, summary.rank, RankArtifact.TRACE))
+        for summary in job.ranks
+    }
     merged = None
     if sources:
         with tempfile.TemporaryFile() as spool:
             with gzip.GzipFile(fileobj=spool, mode="wb", compresslevel=6) as out:
-                write_merged_trace(sources, job.offsets_us, out)
+                written = write_merged_trace(sources, job.offsets_us, out, names)
             spool.seek(0)
             buckets.upload_file(merged_key, spool, "application/gzip")
+        if notes is not None:
+            notes.extend(written.notes())
         merged = s3_uri(buckets.bucket, merged_key)
     total = sum(size for _, size in buckets.list_keys(prefix))
     return StatusArtifacts(

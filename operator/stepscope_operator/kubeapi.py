@@ -20,12 +20,16 @@ from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
 from stepscope.api.session import GROUP, VERSION
+from stepscope.api.text import clip_text
 from stepscope_operator.target_kinds import JobResource
 
 SESSION_PLURAL = "profilesessions"
 SCHEDULE_PLURAL = "profileschedules"
 SESSION_KIND = "ProfileSession"
 COMPONENT = "stepscope-operator"
+# Kubernetes bounds Event notes to 1 KiB (events.k8s.io), so a message
+# quoting an error is clipped here, where every Event is made.
+EVENT_MESSAGE_MAX_LENGTH = 1024
 
 
 def load_api_client() -> k8s.ApiClient:
@@ -174,7 +178,7 @@ class KubeApi:
             },
             "type": type_,
             "reason": reason,
-            "message": message,
+            "message": clip_text(message, EVENT_MESSAGE_MAX_LENGTH),
             "source": {"component": COMPONENT},
             "reportingComponent": f"{GROUP}/operator",
             "reportingInstance": self._instance,

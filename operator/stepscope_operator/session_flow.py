@@ -33,7 +33,7 @@ from stepscope_operator.following import PodObservation, any_capturing, poll_cap
 from stepscope_operator.planning import PlanningError, plan_window
 from stepscope_operator.probing import probe_agents
 from stepscope_operator.queueing import active_sessions, blocking_session
-from stepscope_operator.settings import parse_duration
+from stepscope_operator.settings import session_retention
 from stepscope_operator.status import (
     ANALYZED,
     CAPTURED,
@@ -298,11 +298,11 @@ async def collect_and_analyze(
         f"merging {ranks.captured + ranks.misaligned} rank summaries",
     )
     summaries, notes = await asyncio.to_thread(gather_summaries, ctx.buckets, prefix, outcomes)
-    retention = parse_duration(view.spec.artifacts.retention or ctx.settings.default_retention)
+    retention = session_retention(view.spec.artifacts.retention, ctx.settings.default_retention)
     try:
         job = merge_job(summaries, record.targets)
         artifacts = await asyncio.to_thread(
-            publish_artifacts, ctx.buckets, prefix, job, ctx.now(), retention
+            publish_artifacts, ctx.buckets, prefix, job, ctx.now(), retention, notes
         )
     except (MergeError, ValidationError) as exc:
         why = f"analysis failed: {exc}" + (f" ({'; '.join(notes)})" if notes else "")

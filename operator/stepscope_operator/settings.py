@@ -21,6 +21,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
 from stepscope.api import agent as agent_wire
+from stepscope.api.session import MAX_RETENTION
 
 CONFIG_FILE_ENV = "STEPSCOPE_OPERATOR_CONFIG"
 
@@ -59,8 +60,31 @@ _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(d|h|m|s)")
 _DURATION_UNIT_SECONDS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
 
 
-def parse_duration(text: str | float | timedelta) -> timedelta:
-    """Parse '168h', '1h30m', '7d', '45s' (or plain seconds) into a timedelta."""
+class DurationTooLong(ValueError):
+    """A duration past the maximum its caller allows."""
+
+
+def parse_duration(text: str | float | timedelta, maximum: timedelta | None = None) -> timedelta:
+    """Parse '168h', '1h30m', '7d', '45s' (or plain seconds) into a timedelta.
+
+    Past `maximum` (or past what a timedelta holds) it raises DurationTooLong, which
+    names the maximum; without one, a date plus the value could overflow later.
+    """
+    try:
+        value = _parse_duration(text)
+    except OverflowError:
+        value = None
+    if value is None or (maximum is not None and value > maximum):
+        limit = f"the maximum {_hours(maximum)}" if maximum is not None else "any date"
+        raise DurationTooLong(f"{text!r} is longer than {limit}")
+    return value
+
+
+def _hours(value: timedelta) -> str:
+    return f"{value.total_seconds() / 3600:g}h"
+
+
+def _parse_duration(text: str | float | timedelta) -> timedelta:
     if isinstance(text, timedelta):
         return text
     if isinstance(text, int | float):
@@ -72,6 +96,18 @@ def parse_duration(text: str | float | timedelta) -> timedelta:
     if not parts or "".join(n + u for n, u in parts) != compact:
         raise ValueError(f"{text!r} is not a duration; write it like 168h, 90m, 7d or 1h30m")
     return timedelta(seconds=sum(float(n) * _DURATION_UNIT_SECONDS[u] for n, u in parts))
+
+
+def session_retention(spec_value: str | None, default: timedelta) -> timedelta:
+    """How long a session's artifacts are kept: its own retention or the default.
+
+    The API server refuses retentions past MAX_RETENTION; a session stored before that
+    bound existed is held to it rather than failed after its capture.
+    """
+    try:
+        return parse_duration(spec_value or default, MAX_RETENTION)
+    except DurationTooLong:
+        return MAX_RETENTION
 
 
 class OperatorSettings(BaseModel):
@@ -117,7 +153,8 @@ class OperatorSettings(BaseModel):
     default_retention: timedelta = Field(
         timedelta(hours=168),
         description="How long artifacts are kept when a session does not say (duration, "
-        "e.g. 168h). One week covers a regression investigation without growing the bucket.",
+        "e.g. 168h), at most 8760h like a session's own. One week covers a regression "
+        "investigation without growing the bucket.",
     )
     agent_port: int = Field(
         agent_wire.DEFAULT_PORT,
@@ -216,7 +253,7 @@ class OperatorSettings(BaseModel):
     @field_validator("default_retention", mode="before")
     @classmethod
     def _duration(cls, value: Any) -> timedelta:
-        return parse_duration(value)
+        return parse_duration(value, MAX_RETENTION)
 
     @field_validator("watch_namespace", "s3_endpoint", "s3_agent_endpoint", mode="before")
     @classmethod

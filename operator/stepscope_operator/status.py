@@ -159,7 +159,7 @@ def tally_ranks(outcomes: list[RankOutcome]) -> RanksStatus:
             RankFailure(
                 rank=o.rank,
                 pod=o.pod,
-                reason=_clip(o.reason or "failed", 256),
+                reason=o.reason or "failed",
                 code=o.failure.code if o.failure else None,
             )
             for o in outcomes

@@ -28,6 +28,13 @@ NOT_COLLECTIVES = frozenset({"wait", "unknown"})
 MAX_LINKED_PARAMS = 65536
 
 
+# Real traces have a few thousand distinct op and kernel names; a hostile one could
+# give every event its own. Past this many, new names share one row, which still counts
+# their time (names are clipped to classify.MAX_NAME_CHARS, so a table stays < 100 MiB).
+MAX_DISTINCT_NAMES = 20_000
+OTHER_NAMES = "(other names)"
+
+
 class NameTable:
     """count, self time and total time (us) per name."""
 
@@ -36,6 +43,9 @@ class NameTable:
 
     def add(self, name: str, self_us: float, total_us: float) -> None:
         row = self._rows.get(name)
+        if row is None and len(self._rows) >= MAX_DISTINCT_NAMES:
+            name = OTHER_NAMES
+            row = self._rows.get(name)
         if row is None:
             self._rows[name] = [1, self_us, total_us]
         else:

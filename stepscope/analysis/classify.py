@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from stepscope.analysis.events import EventKind, TraceEvent
+from stepscope.analysis.events import EventKind, EventShapeError, TraceEvent
 
 _KIND_BY_CAT = {
     "cpu_op": EventKind.CPU_OP,
@@ -28,20 +28,32 @@ _FLOW_PHASES = frozenset("sft")
 PROFILER_STEP_RE = re.compile(r"ProfilerStep\s*#\s*(\d+)")
 
 
-_NUMBER = (int, float)
 _new_tuple = tuple.__new__  # builds a TraceEvent without NamedTuple's Python-level __new__
+# Trace time in microseconds. Kineto counts from the Unix epoch (1.7e15 us in 2024);
+# 1e18 us is 31,000 years, so no real clock reaches it, and the bound also refuses inf
+# and NaN (NaN fails every comparison).
+MAX_ABS_TIME_US = 1e18
+# Names key the op, kernel and role tables; a name past this is clipped so that one
+# event cannot make a table entry large. Real templated kernel names stay under 2 KB.
+MAX_NAME_CHARS = 4096
 
 
 def classify_event(raw: dict) -> TraceEvent:
     """Turn one JSON event object into a ``TraceEvent``.
 
     This runs once per event of traces with millions of them, so it keeps to
-    dictionary lookups on the common path.
+    dictionary lookups and class checks on the common path. ``ph``, ``cat``, ``name``,
+    ``ts`` and ``dur`` of the wrong JSON type (or not finite) raise
+    ``EventShapeError``; missing ones take their defaults.
     """
     get = raw.get
     ph = get("ph", "")
-    cat = get("cat") or ""
-    name = get("name") or ""
+    cat = get("cat", "")
+    name = get("name", "")
+    if ph.__class__ is not str or cat.__class__ is not str or name.__class__ is not str:
+        ph, cat, name = _strings(ph, cat, name)
+    if len(name) > MAX_NAME_CHARS:
+        name = name[:MAX_NAME_CHARS]
     if ph == "X":
         kind = _KIND_BY_CAT.get(cat, EventKind.UNKNOWN)
         if kind is EventKind.ANNOTATION and name.startswith("ProfilerStep"):
@@ -61,13 +73,52 @@ def classify_event(raw: dict) -> TraceEvent:
         kind = EventKind.UNKNOWN
     ts = get("ts", 0.0)
     if ts.__class__ is not float:
-        ts = float(ts) if isinstance(ts, _NUMBER) else 0.0
+        ts = float(ts) if ts.__class__ is int else _number("ts", ts)
+    if not -MAX_ABS_TIME_US < ts < MAX_ABS_TIME_US:
+        raise EventShapeError(f"'ts' is {ts}, not a finite time within 1e18 us")
     dur = get("dur", 0.0)
-    if dur.__class__ is not float or dur < 0:
-        dur = float(dur) if isinstance(dur, _NUMBER) and dur > 0 else 0.0
+    if dur.__class__ is not float:
+        dur = float(dur) if dur.__class__ is int else _number("dur", dur)
+    if not 0.0 <= dur < MAX_ABS_TIME_US:
+        dur = _clamped_duration(dur)
+    # pid, tid and args are checked where they are used (an unhashable id or a list for
+    # args fails there, and the reader reports it); checking every event here would cost.
     return _new_tuple(
         TraceEvent, (kind, name, get("pid"), get("tid"), ts, dur, get("args"), ph, cat)
     )
+
+
+def _clamped_duration(dur: float) -> float:
+    """Negative durations (clock hiccups) read as 0; NaN and huge ones are errors."""
+    if dur < 0:
+        return 0.0
+    raise EventShapeError(f"'dur' is {dur}, not a finite duration within 1e18 us")
+
+
+def _strings(ph: object, cat: object, name: object) -> tuple[str, str, str]:
+    """ph, cat and name as strings (null reads as empty), or EventShapeError."""
+    values = []
+    for field, value in (("ph", ph), ("cat", cat), ("name", name)):
+        if value is None:
+            value = ""
+        elif value.__class__ is not str:
+            raise EventShapeError(f"'{field}' is a {json_type_name(value)}, not a string")
+        values.append(value)
+    return values[0], values[1], values[2]
+
+
+def _number(field: str, value: object) -> float:
+    # bool is an int to Python but not a number in JSON, so it is refused here; an int
+    # too large for a float raises OverflowError, which the reader reports as well.
+    if value is None:
+        return 0.0
+    raise EventShapeError(f"'{field}' is a {json_type_name(value)}, not a number")
+
+
+def json_type_name(value: object) -> str:
+    """What a parsed JSON value is called in JSON: object, list, string, number..."""
+    names = {dict: "object", list: "list", str: "string", bool: "boolean", type(None): "null"}
+    return names.get(type(value), "number")
 
 
 def profiler_step_number(name: str) -> int | None:

@@ -12,6 +12,11 @@ from enum import IntEnum
 from typing import Any, NamedTuple
 
 
+class EventShapeError(ValueError):
+    """An event whose fields have the wrong JSON types (a list for ``name``, a string
+    for ``ts``, a non-finite number); the reader names the file and the event."""
+
+
 class EventKind(IntEnum):
     """What an event is, decided once by ``classify.classify_event``."""
 

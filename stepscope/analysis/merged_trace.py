@@ -5,18 +5,24 @@ the ranks stacked; its threads and GPU streams become that process's threads,
 and every timestamp is shifted by the rank's clock offset from the merge. The
 traces are streamed event by event (ijson in, one `json.dumps` per event out),
 so memory stays bounded however large the traces are.
+
+The traces are tenant data and, until issue 11 moves this out, it runs inside the
+operator: each is read by the same `TraceReader` as the analysis, so the limits of
+`trace_input` hold here too. A rank whose trace breaks one, or is unreadable, keeps
+the events written before the fault, is labelled with the reason, and is listed in
+the result's `skipped`; the other ranks are written whole.
 """
 
 from __future__ import annotations
 
-import gzip
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import BinaryIO
 
-import ijson
+from stepscope.analysis.reader import TraceReader
+from stepscope.analysis.trace_input import MAX_TRACE_THREADS, TraceReadError
 
-GZIP_MAGIC = b"\x1f\x8b"
 # Metadata that names or orders processes is replaced by our own per rank.
 PROCESS_METADATA = {
     "process_name",
@@ -25,36 +31,22 @@ PROCESS_METADATA = {
     "process_uptime_seconds",
 }
 FLOW_PHASES = {"s", "t", "f"}
+# What a wrongly typed value can raise while an event is rewritten (an unhashable tid, a
+# flow id too large to interleave), besides the reader's own TraceReadError.
+_BAD_RANK_TRACE = (TraceReadError, OSError, TypeError, ValueError, OverflowError)
 
 
-class _Prepended:
-    """A read-only stream that first returns `head`, then the rest of `stream`."""
+@dataclass
+class MergedTrace:
+    """What `write_merged_trace` wrote: the event count and the ranks it had to cut."""
 
-    def __init__(self, head: bytes, stream: BinaryIO) -> None:
-        self._head = head
-        self._stream = stream
+    events: int = 0
+    skipped: dict[int, str] = field(default_factory=dict)
 
-    def read(self, size: int = -1) -> bytes:
-        if not self._head:
-            return self._stream.read(size)
-        if size is None or size < 0:
-            data, self._head = self._head + self._stream.read(), b""
-            return data
-        data, self._head = self._head[:size], self._head[size:]
-        if len(data) < size:
-            data += self._stream.read(size - len(data))
-        return data
-
-
-def decompressed(stream: BinaryIO) -> BinaryIO:
-    """The stream itself, or a gunzipping view of it when it starts with gzip's magic."""
-    head = stream.read(2)
-    restored = _Prepended(head, stream)
-    return gzip.GzipFile(fileobj=restored) if head == GZIP_MAGIC else restored  # type: ignore[arg-type]
-
-
-def _events(stream: BinaryIO) -> Iterator[dict]:
-    yield from ijson.items(decompressed(stream), "traceEvents.item", use_float=True)
+    def notes(self) -> list[str]:
+        return [
+            f"merged trace: rank {rank} incomplete: {why}" for rank, why in self.skipped.items()
+        ]
 
 
 class _ThreadIds:
@@ -70,6 +62,10 @@ class _ThreadIds:
     def __call__(self, pid: object, tid: object) -> int:
         key = (pid, tid)
         if key not in self._ids:
+            if len(self._ids) >= MAX_TRACE_THREADS:
+                raise ValueError(
+                    f"more than {MAX_TRACE_THREADS:,} distinct threads (limit MAX_TRACE_THREADS)"
+                )
             self._ids[key] = len(self._ids) + 1
         return self._ids[key]
 
@@ -113,39 +109,66 @@ def write_merged_trace(
     sources: list[tuple[int, Callable[[], BinaryIO]]],
     offsets_us: dict[int, float],
     out: BinaryIO,
-) -> int:
+    names: Mapping[int, str] | None = None,
+) -> MergedTrace:
     """Stream each `(rank, open)` source into `out` as one Chrome trace JSON.
 
-    `open()` returns the rank's trace (gzip or plain); `out` receives plain
-    JSON bytes (wrap it in gzip.GzipFile to compress). Returns events written.
+    `open()` returns the rank's trace (gzip or plain); `names` says what to call each
+    rank's trace in errors (default "rank N trace"). `out` receives plain JSON bytes
+    (wrap it in gzip.GzipFile to compress). A rank whose trace fails is cut where it
+    failed and named in the result, never fatal to the others.
     """
-    written = 0
+    result = MergedTrace()
     out.write(b'{"traceEvents":[\n')
     first = True
 
     def emit(event: dict) -> None:
-        nonlocal first, written
+        nonlocal first
         out.write((b"" if first else b",\n") + json.dumps(event, separators=(",", ":")).encode())
         first = False
-        written += 1
+        result.events += 1
 
     for rank, open_trace in sorted(sources, key=lambda source: source[0]):
         for event in _rank_metadata(rank):
             emit(event)
+        name = (names or {}).get(rank, f"rank {rank} trace")
         tids, named = _ThreadIds(), set()
-        with open_trace() as stream:
-            for event in _events(stream):
+        try:
+            for event in TraceReader(name, open_trace).raw_events():
                 if event.get("ph") == "M" and event.get("name") in PROCESS_METADATA:
                     continue
                 event = _rewrite(event, rank, offsets_us.get(rank, 0.0), len(sources), tids)
                 if event.get("ph") == "M" and event.get("name") == "thread_name":
                     named.add(event["tid"])
                 emit(event)
-        for tid, name in tids.unnamed(named):
+        except _BAD_RANK_TRACE as error:
+            reason = str(error) if isinstance(error, TraceReadError) else f"{name}: {error}"
+            result.skipped[rank] = reason[:500]
+            emit(_incomplete_label(rank, result.skipped[rank]))
+        for tid, thread in tids.unnamed(named):
             emit(
-                {"ph": "M", "name": "thread_name", "pid": rank, "tid": tid, "args": {"name": name}}
+                {
+                    "ph": "M",
+                    "name": "thread_name",
+                    "pid": rank,
+                    "tid": tid,
+                    "args": {"name": thread},
+                }
             )
     offsets = {str(rank): offset for rank, offset in sorted(offsets_us.items())}
+    skipped = {str(rank): why for rank, why in sorted(result.skipped.items())}
     out.write(b'\n],"displayTimeUnit":"ms","otherData":{"stepscope_offsets_us":')
-    out.write(json.dumps(offsets).encode() + b"}}\n")
-    return written
+    out.write(json.dumps(offsets).encode())
+    out.write(b',"stepscope_incomplete_ranks":' + json.dumps(skipped).encode() + b"}}\n")
+    return result
+
+
+def _incomplete_label(rank: int, reason: str) -> dict:
+    """A label Perfetto shows on the rank's process: its track ends early, and why."""
+    return {
+        "ph": "M",
+        "name": "process_labels",
+        "pid": rank,
+        "tid": 0,
+        "args": {"labels": f"incomplete: {reason}"},
+    }

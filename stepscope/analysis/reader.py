@@ -10,7 +10,10 @@ its magic bytes, not the name.
 Errors are ``TraceReadError`` and name the file and the uncompressed byte
 position reading had reached (the fault lies in the last chunk read, at most
 ``CHUNK_BYTES`` before it). ``truncated`` tells a file cut short (a copy
-still being written, a killed upload) from one that is corrupt.
+still being written, a killed upload) from one that is corrupt. The text passes
+through ``trace_input.LimitedStream`` first, so nesting, string length, size
+and event count are bounded (``trace_input`` says why each limit is where it is);
+fields of the wrong type and a trace without events are errors too.
 """
 
 from __future__ import annotations
@@ -20,37 +23,34 @@ import json
 import re
 import zlib
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from io import BytesIO
+from itertools import islice
 from pathlib import Path
 from typing import BinaryIO
 
 import ijson
 
-from stepscope.analysis.classify import classify_event
-from stepscope.analysis.events import TraceEvent
+from stepscope.analysis.classify import classify_event, json_type_name
+from stepscope.analysis.events import EventShapeError, TraceEvent
+from stepscope.analysis.trace_input import (
+    CHUNK_BYTES,
+    MAX_TRACE_EVENTS,
+    LimitedStream,
+    LimitExceeded,
+    TraceReadError,
+    decompressed,
+)
+
+__all__ = ["CHUNK_BYTES", "IJSON_BACKEND", "TraceHeader", "TraceReadError", "TraceReader"]
 
 # ijson picks its fastest installed backend; the C one (yajl2_c) is several
 # times faster than the others, and summaries say when it is missing.
 IJSON_BACKEND: str = ijson.backend
-CHUNK_BYTES = 64 * 1024
 HEAD_BYTES = 1024 * 1024
 TAIL_BYTES = 1024 * 1024
-_GZIP_MAGIC = b"\x1f\x8b"
-
-
-class TraceReadError(Exception):
-    """The trace could not be read to its end."""
-
-    def __init__(self, path: Path | str, position: int, reason: str, *, truncated: bool):
-        self.path = str(path)
-        self.position = position
-        self.reason = reason
-        self.truncated = truncated
-        what = "truncated" if truncated else "unreadable"
-        where = f"before uncompressed byte {position}" if position else "at its start"
-        super().__init__(f"trace {self.path} is {what} {where}: {reason}")
 
 
 @dataclass
@@ -94,53 +94,95 @@ class _RecordingReader:
 
 
 class TraceReader:
-    """One pass over one trace: iterate ``events()``, then read ``header``."""
+    """One pass over one trace: iterate ``events()`` (or ``raw_events()``), then read
+    ``header``.
 
-    def __init__(self, path: str | Path):
-        self.path = Path(path)
+    `path` names the trace in errors; `opener`, when given, returns its bytes as a
+    stream (an S3 object body, say) instead of opening `path` as a file.
+    """
+
+    def __init__(self, path: str | Path, opener: Callable[[], BinaryIO] | None = None):
+        self.path = Path(path) if opener is None else path
+        self.name = str(path)
+        self._open = opener or partial(Path(path).open, "rb")
         self.header = TraceHeader()
+        self.event_count = 0
 
     def events(self) -> Iterator[TraceEvent]:
+        """Every event, classified; raises TraceReadError as described above."""
+        return self._read(raw=False)
+
+    def raw_events(self) -> Iterator[dict]:
+        """Every event as its JSON object, after the same checks as ``events``."""
+        return self._read(raw=True)
+
+    def _read(self, *, raw: bool) -> Iterator:
         try:
-            raw = self.path.open("rb")
+            stream = self._open()
         except OSError as err:
             raise TraceReadError(
-                self.path, 0, f"cannot open: {err.strerror}", truncated=False
+                self.name, 0, f"cannot open: {err.strerror or err}", truncated=False
             ) from err
-        with raw:
-            magic = raw.read(2)
-            raw.seek(0)
-            if not magic:
-                raise TraceReadError(self.path, 0, "the file is empty", truncated=False)
-            stream = gzip.GzipFile(fileobj=raw) if magic == _GZIP_MAGIC else raw
-            recorder = _RecordingReader(stream)
+        with stream:
+            recorder = _RecordingReader(LimitedStream(decompressed(stream)))
             try:
-                yield from self._parse(recorder)
+                yield from self._parse(recorder, raw=raw)
             except TraceReadError:
                 # Keep what the head says (rank, devices) for a partial summary.
                 self._read_header(recorder, ended=False)
                 raise
         self._read_header(recorder, ended=True)
+        if self.event_count == 0:
+            # An empty array (or an object where the array belongs) is no evidence of
+            # anything: summarising it would report "bottleneck: compute".
+            raise TraceReadError(
+                self.name,
+                recorder.position,
+                "'traceEvents' holds no events (it must be a non-empty array of event objects)",
+                truncated=False,
+            )
 
-    def _parse(self, recorder: _RecordingReader) -> Iterator[TraceEvent]:
+    def _parse(self, recorder: _RecordingReader, *, raw: bool) -> Iterator:
         items = ijson.items(recorder, "traceEvents.item", use_float=True, buf_size=CHUNK_BYTES)
+        count = 0
         try:
-            for raw in items:
-                if isinstance(raw, dict):
-                    yield classify_event(raw)
+            for count, item in enumerate(islice(items, MAX_TRACE_EVENTS), 1):
+                try:
+                    event = classify_event(item)
+                except AttributeError:  # not a dict: it has no .get
+                    raise EventShapeError(
+                        f"it is a {json_type_name(item)}, not an object"
+                    ) from None
+                yield item if raw else event
+            if count == MAX_TRACE_EVENTS and next(items, None) is not None:
+                raise LimitExceeded(
+                    f"more than {MAX_TRACE_EVENTS:,} events (limit MAX_TRACE_EVENTS)",
+                    recorder.position,
+                )
+        except EventShapeError as err:
+            raise TraceReadError(
+                self.name,
+                recorder.position,
+                f"event {count} of traceEvents has an unexpected shape: {err}",
+                truncated=False,
+            ) from err
+        except LimitExceeded as err:
+            raise TraceReadError(self.name, err.position, str(err), truncated=False) from err
         except (EOFError, gzip.BadGzipFile, zlib.error) as err:
             truncated = isinstance(err, EOFError)
             reason = "the gzip stream ends early" if truncated else f"bad gzip data ({err})"
-            raise TraceReadError(self.path, recorder.position, reason, truncated=truncated) from err
+            raise TraceReadError(self.name, recorder.position, reason, truncated=truncated) from err
         except ijson.JSONError as err:
             if recorder.position == 0:
-                raise TraceReadError(self.path, 0, "the file is empty", truncated=False) from err
+                raise TraceReadError(self.name, 0, "the file is empty", truncated=False) from err
             message = str(err)
             truncated = recorder.at_eof and ("premature EOF" in message or "Incomplete" in message)
             reason = (
                 "the JSON text ends early" if truncated else f"invalid JSON ({_first_line(err)})"
             )
-            raise TraceReadError(self.path, recorder.position, reason, truncated=truncated) from err
+            raise TraceReadError(self.name, recorder.position, reason, truncated=truncated) from err
+        finally:
+            self.event_count = count
 
     def _read_header(self, recorder: _RecordingReader, *, ended: bool) -> None:
         """Fill ``header`` from the head and, when the text ``ended`` well, the tail."""
@@ -151,7 +193,7 @@ class TraceReader:
         self.header.complete = trailing is not None or "traceEvents" not in keys
         if ended and "traceEvents" not in keys and not _mentions_trace_events(recorder.head):
             raise TraceReadError(
-                self.path,
+                self.name,
                 recorder.position,
                 "no 'traceEvents' array at the top level",
                 truncated=False,
@@ -159,7 +201,8 @@ class TraceReader:
         info = keys.get("distributedInfo")
         self.header.distributed_info = info if isinstance(info, dict) else None
         devices = keys.get("deviceProperties")
-        self.header.device_properties = devices if isinstance(devices, list) else []
+        devices = devices if isinstance(devices, list) else []
+        self.header.device_properties = [d for d in devices if isinstance(d, dict)]
         self.header.extra_keys = sorted(k for k in keys if k not in _KNOWN_KEYS)
 
 

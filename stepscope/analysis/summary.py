@@ -10,7 +10,9 @@ documented in ``summary_model``; ``breakdowns`` computes them.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 from stepscope.analysis import classify
 from stepscope.analysis.aggregates import Collectives, LaunchGaps, NameTable, OpNesting, comm_meta
@@ -28,6 +30,7 @@ from stepscope.analysis.summary_model import (
     StepRecord,
 )
 from stepscope.analysis.timeline import IntervalStore
+from stepscope.analysis.trace_input import MAX_TRACE_DEVICES, MAX_TRACE_THREADS, LimitExceeded
 
 SHORT_OP_US = 10.0
 # GPU activity is written in (nearly) time order after all CPU events, so time
@@ -36,7 +39,12 @@ SHORT_OP_US = 10.0
 SEAL_MARGIN_US = 5_000_000.0
 SEAL_EVERY_EVENTS = 8192
 WHOLE_TRACE: Window = (-1, float("-inf"), float("inf"))
-ROLE_CACHE_SIZE = 65536
+# Names are at most MAX_NAME_CHARS long, so this cache stays under 32 MiB.
+ROLE_CACHE_SIZE = 8192
+# Unknown "<ph>:<cat>" kinds are counted for the summary's notes; a hostile trace
+# could invent one per event, so past this many the rest are counted together.
+MAX_UNKNOWN_KINDS = 64
+UNKNOWN_KIND_CHARS = 64
 _COMM, _DATA, _OTHER = "comm", "data", "other"
 
 
@@ -47,7 +55,11 @@ def _op_role(name: str) -> str:
 
 
 def summarize_rank(
-    source: str | Path, rank: int | None = None, *, allow_partial: bool = False
+    source: str | Path,
+    rank: int | None = None,
+    *,
+    allow_partial: bool = False,
+    opener: Callable[[], BinaryIO] | None = None,
 ) -> RankSummary:
     """Summarise one rank's Kineto trace (``.json`` or ``.json.gz``).
 
@@ -58,20 +70,45 @@ def summarize_rank(
     ``allow_partial=True`` a truncated or corrupt file instead yields the
     summary of what was read, flagged ``partial`` with the reason, as long as
     at least one event was read; an empty or unparseable-from-the-start file
-    always raises.
+    always raises. ``opener``, when given, returns the trace's bytes as a stream (an
+    S3 object, say); ``source`` then only names it.
     """
-    reader = TraceReader(source)
+    reader = TraceReader(source, opener)
     builder = RankSummaryBuilder()
     try:
-        for event in reader.events():
-            builder.add(event)
-    except TraceReadError as err:
-        if not allow_partial or builder.event_count == 0:
-            raise
-        return builder.build(
-            reader.header, rank=rank, source=Path(source).name, partial_reason=str(err)
-        )
-    return builder.build(reader.header, rank=rank, source=Path(source).name)
+        try:
+            for event in reader.events():
+                builder.add(event)
+        except TraceReadError as err:
+            if not allow_partial or builder.event_count == 0:
+                raise
+            return builder.build(
+                reader.header, rank=rank, source=Path(source).name, partial_reason=str(err)
+            )
+        return builder.build(reader.header, rank=rank, source=Path(source).name)
+    except LimitExceeded as err:
+        raise TraceReadError(source, 0, str(err), truncated=False) from err
+    except _UNEXPECTED_VALUE as err:
+        # Values of the right JSON type can still be wrong where the analysis meets
+        # them (a list where a collective's name belongs, a string world size): the
+        # trace is at fault, so it is reported as one, never as a traceback.
+        raise TraceReadError(
+            source,
+            0,
+            f"unexpected value near event {builder.event_count}: "
+            f"{type(err).__name__}: {_first_line(err)}",
+            truncated=False,
+        ) from err
+
+
+# What a wrongly typed value in an event's args or the header raises in the analysis;
+# pydantic's ValidationError is a ValueError.
+_UNEXPECTED_VALUE = (TypeError, ValueError, AttributeError, KeyError, IndexError, OverflowError)
+
+
+def _first_line(err: Exception) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0][:200] if text else ""
 
 
 class RankSummaryBuilder:
@@ -103,6 +140,7 @@ class RankSummaryBuilder:
         self.gpu_watermark = float("-inf")
         self._until_seal = SEAL_EVERY_EVENTS
         self._op_roles: dict[str, object] = {}
+        self._threads: set[object] = set()
         self._runtime_flags: dict[str, tuple[bool, bool]] = {}
         self._handlers = {
             EventKind.CPU_OP: self._cpu_op,
@@ -123,8 +161,10 @@ class RankSummaryBuilder:
         handler = self._handlers.get(event[0])
         if handler is None:
             if event[0] is EventKind.UNKNOWN:
-                self.unknown[f"{event.ph}:{event.cat}"] += 1
+                self._count_unknown(event)
             return
+        if event[3] not in self._threads:
+            self._add_thread(event[3])
         window = self.window
         ts = event[4]
         if ts < window[0]:  # noqa: PLR1730 - an if is cheaper than min() per event
@@ -133,6 +173,20 @@ class RankSummaryBuilder:
         if end > window[1]:  # noqa: PLR1730
             window[1] = end
         handler(event)
+
+    def _count_unknown(self, event: TraceEvent) -> None:
+        kind = f"{event.ph}:{event.cat}"[:UNKNOWN_KIND_CHARS]
+        if kind not in self.unknown and len(self.unknown) >= MAX_UNKNOWN_KINDS:
+            kind = "other"
+        self.unknown[kind] += 1
+
+    def _add_thread(self, tid: object) -> None:
+        # Threads key the op stacks, launch gaps and interval tracks.
+        if len(self._threads) >= MAX_TRACE_THREADS:
+            raise LimitExceeded(
+                f"more than {MAX_TRACE_THREADS:,} distinct threads (limit MAX_TRACE_THREADS)", 0
+            )
+        self._threads.add(tid)
 
     def _cpu_op(self, event: TraceEvent) -> None:
         _, name, _, tid, start, dur, _, _, _ = event
@@ -191,10 +245,9 @@ class RankSummaryBuilder:
         self.runtime_us += dur
         flags = self._runtime_flags.get(name)
         if flags is None:
-            flags = self._runtime_flags[name] = (
-                classify.is_launch(name),
-                not classify.is_blocking_runtime(name),
-            )
+            flags = (classify.is_launch(name), not classify.is_blocking_runtime(name))
+            if len(self._runtime_flags) < ROLE_CACHE_SIZE:
+                self._runtime_flags[name] = flags
             self.hip_runtime = self.hip_runtime or name.startswith("hip")
         launch, counts_as_host = flags
         if launch:
@@ -209,6 +262,10 @@ class RankSummaryBuilder:
         device = device if isinstance(device, int) else -1
         stats = self.devices.get(device)
         if stats is None:
+            if len(self.devices) >= MAX_TRACE_DEVICES:
+                raise LimitExceeded(
+                    f"more than {MAX_TRACE_DEVICES} GPU devices (limit MAX_TRACE_DEVICES)", 0
+                )
             stats = self.devices[device] = {
                 "kernels": 0,
                 "comm_kernels": 0,

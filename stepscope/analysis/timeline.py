@@ -19,7 +19,15 @@ import math
 from array import array
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 
+from stepscope.analysis.trace_input import LimitExceeded
+
 DEFAULT_BIN_US = 100_000.0
+# One interval that spans a long time is split at every bin edge, so a single event of
+# a hostile trace (a day long: 864,000 bins) could cost what millions of real ones do.
+# Real traces create about a thousand (bin, category) tracks and split a few thousand
+# times; these bounds are far above that and keep a store under ~40 MiB and seconds.
+MAX_INTERVAL_TRACKS = 200_000
+MAX_INTERVAL_SPLITS = 10_000_000
 
 Segment = tuple[float, float, int]  # start_us, end_us, mask of active categories
 
@@ -32,6 +40,8 @@ class IntervalStore:
         self._bins: dict[int, dict[Hashable, array]] = {}
         self._sealed_below = -(2**62)  # bins below this index were handed out by pop_before
         self.late = 0  # intervals that arrived for a bin already handed out
+        self._tracks_left = MAX_INTERVAL_TRACKS
+        self._splits_left = MAX_INTERVAL_SPLITS
 
     def add(self, category: Hashable, start: float, end: float) -> None:
         """Add ``[start, end)``; an interval crossing bins is split at their edges."""
@@ -51,6 +61,13 @@ class IntervalStore:
                 by_category = self._bins[index] = {}
             values = by_category.get(category)
             if values is None:
+                self._tracks_left -= 1
+                if self._tracks_left < 0:
+                    raise LimitExceeded(
+                        f"the trace's intervals need more than {MAX_INTERVAL_TRACKS:,} "
+                        "(time bin, category) tracks (limit MAX_INTERVAL_TRACKS)",
+                        0,
+                    )
                 by_category[category] = array("d", (start, piece_end))
             elif values[-2] <= start <= values[-1]:
                 if piece_end > values[-1]:  # noqa: PLR1730
@@ -60,6 +77,13 @@ class IntervalStore:
                 values.append(piece_end)
             if piece_end >= end:
                 return
+            self._splits_left -= 1
+            if self._splits_left < 0:
+                raise LimitExceeded(
+                    f"the trace's intervals cross time bins more than {MAX_INTERVAL_SPLITS:,} "
+                    "times (limit MAX_INTERVAL_SPLITS): events that last for days",
+                    0,
+                )
             index += 1
             start = piece_end
             bin_end += width

@@ -9,6 +9,7 @@ from pydantic import Field, StrictStr
 
 from stepscope.api.base import ApiModel
 from stepscope.api.rules import CelRule
+from stepscope.api.text import BoundedText
 
 # Condition fields are bounded more tightly than in meta/v1 (message 32 KiB, reason 1 KiB
 # there) so a status with every condition set stays a few KiB.
@@ -124,8 +125,10 @@ class Condition(ApiModel):
             "(for example AgentsArmed, RankTimeout)."
         ),
     )
-    message: str = Field(
+    message: BoundedText(CONDITION_MESSAGE_MAX_LENGTH) = Field(
         "",
-        max_length=CONDITION_MESSAGE_MAX_LENGTH,
-        description="Observed state. Why status has its value, in words for people. Default: empty.",
+        description=(
+            "Observed state. Why status has its value, in words for people; clipped to 512 "
+            "characters, ending in an ellipsis. Default: empty."
+        ),
     )

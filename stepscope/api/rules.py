@@ -29,6 +29,10 @@ X_VALIDATIONS = "x-kubernetes-validations"
 # Go's time.ParseDuration syntax restricted to whole hours, minutes and seconds, in that
 # order ("168h", "90m", "1h30m"). Go has no days, so neither do we: 7 days is "168h".
 DURATION_PATTERN = r"^([0-9]+h)?([0-9]+m)?([0-9]+s)?$"
+# The same with few enough digits that CEL's duration() cannot overflow (Go durations
+# are int64 nanoseconds, 2,562,047 hours at most): 999999h + 9999999m + 999999999s is
+# 5.2e18 ns. Leading zeros are free.
+BOUNDED_DURATION_PATTERN = r"^(0*[0-9]{1,6}h)?(0*[0-9]{1,7}m)?(0*[0-9]{1,9}s)?$"
 # Which ranks take full traces: every rank, one per node, or a list of ranks and ranges
 # ("0,3,7", "0-3,8"). A rank has at most six digits, so CEL's int() never overflows.
 RANK_LIST_ITEM = r"[0-9]{1,6}(-[0-9]{1,6})?"
@@ -219,6 +223,31 @@ def _backwards_ranges(text: str) -> list[tuple[int, int]]:
     """The ranges in a rank list whose first rank is above the last, as (first, last)."""
     ranges = [tuple(int(n) for n in part.split("-")) for part in text.split(",") if "-" in part]
     return [(low, high) for low, high in ranges if low > high]
+
+
+def duration_at_most(name: str, limit: timedelta, why: str) -> CelRule:
+    """A duration accepted by `duration` that is no longer than `limit`.
+
+    Text that is not a duration passes, so `duration` alone reports it.
+    """
+    hours = int(limit.total_seconds() // 3600)
+    bounded = re.compile(BOUNDED_DURATION_PATTERN)
+    plain = re.compile(DURATION_PATTERN)
+
+    def check(value: str) -> bool:
+        if not plain.fullmatch(value) or not re.search("[1-9]", value):
+            return True
+        return bool(bounded.fullmatch(value)) and parse_duration(value) <= limit
+
+    return CelRule(
+        cel=(
+            f"!self.matches({_cel_string(DURATION_PATTERN)}) || !self.matches('[1-9]') || "
+            f"(self.matches({_cel_string(BOUNDED_DURATION_PATTERN)}) && "
+            f"duration(self) <= duration('{hours}h'))"
+        ),
+        message=f"{name} must be at most {hours}h ({why})",
+        check=check,
+    )
 
 
 def parse_duration(text: str) -> timedelta:

@@ -6,6 +6,7 @@ is observed state written by the operator.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
@@ -18,6 +19,7 @@ from stepscope.api.rules import (
     CelRule,
     at_least,
     duration,
+    duration_at_most,
     in_range,
     object_name,
     rank_selection,
@@ -196,15 +198,31 @@ class WindowSpec(ApiModel):
 WINDOW_DEFAULT = WindowSpec().to_wire()
 
 
+# Retention must end: a year keeps a baseline through any investigation, and an
+# unbounded value (99999999h) once validated and then overflowed the expiry date.
+MAX_RETENTION = timedelta(hours=8760)
+
+
 class ArtifactsSpec(ApiModel):
     """How long the traces and the report are kept in object storage."""
 
-    retention: Annotated[StrictStr, duration("artifacts.retention")] | None = Field(
+    retention: (
+        Annotated[
+            StrictStr,
+            duration("artifacts.retention"),
+            duration_at_most(
+                "artifacts.retention",
+                MAX_RETENTION,
+                "one year; copy artifacts elsewhere to keep them longer",
+            ),
+        ]
+        | None
+    ) = Field(
         None,
         description=(
             "Desired state. How long artifacts are kept after the session ends, as a "
-            "duration in hours, minutes and seconds (168h, 90m, 1h30m). Default: unset, "
-            "meaning the operator's configured retention."
+            "duration in hours, minutes and seconds (168h, 90m, 1h30m), at most 8760h "
+            "(one year). Default: unset, meaning the operator's configured retention."
         ),
     )
 

@@ -18,6 +18,7 @@ from pydantic import Field, model_validator
 
 from stepscope.api.base import ApiModel
 from stepscope.api.meta import MAX_CONDITIONS, Condition
+from stepscope.api.text import BoundedText
 from stepscope.failures import FailureCode
 
 # Lists of ranks in status name at most this many ranks; the counts say how many there were.
@@ -27,6 +28,7 @@ FINDING_TEXT_MAX_LENGTH = 512
 POD_NAME_MAX_LENGTH = 253
 FAILURE_REASON_MAX_LENGTH = 128
 URI_MAX_LENGTH = 1024
+TARGET_MAX_LENGTH = 300
 
 
 class Phase(StrEnum):
@@ -138,17 +140,19 @@ class RankRef(ApiModel):
     """One rank and the pod it runs in."""
 
     rank: int = Field(ge=0, description="Observed state. Global rank number.")
-    pod: str | None = Field(
-        None, max_length=POD_NAME_MAX_LENGTH, description="Observed state. The rank's pod."
+    pod: BoundedText(POD_NAME_MAX_LENGTH) | None = Field(
+        None, description="Observed state. The rank's pod."
     )
 
 
 class RankFailure(RankRef):
     """A rank whose capture failed, and why."""
 
-    reason: str = Field(
-        max_length=FAILURE_REASON_MAX_LENGTH,
-        description="Observed state. Why the capture failed, in words for people.",
+    reason: BoundedText(FAILURE_REASON_MAX_LENGTH) = Field(
+        description=(
+            "Observed state. Why the capture failed, in words for people; clipped to 128 "
+            "characters, ending in an ellipsis."
+        ),
     )
     code: FailureCode | None = Field(
         None,
@@ -247,11 +251,11 @@ class Straggler(ApiModel):
     """The rank that keeps the others waiting at collectives."""
 
     rank: int = Field(ge=0, description="Observed state. Global rank number.")
-    pod: str | None = Field(
-        None, max_length=POD_NAME_MAX_LENGTH, description="Observed state. Its pod."
+    pod: BoundedText(POD_NAME_MAX_LENGTH) | None = Field(
+        None, description="Observed state. Its pod."
     )
-    node: str | None = Field(
-        None, max_length=POD_NAME_MAX_LENGTH, description="Observed state. Its node."
+    node: BoundedText(POD_NAME_MAX_LENGTH) | None = Field(
+        None, description="Observed state. Its node."
     )
     excess_ms: float = Field(
         ge=0,
@@ -271,12 +275,10 @@ class Finding(ApiModel):
         description="Observed state. Stable pattern id, e.g. exposed-communication.",
     )
     severity: Severity = Field(description="Observed state. info, low, medium or high.")
-    evidence: str = Field(
-        max_length=FINDING_TEXT_MAX_LENGTH,
+    evidence: BoundedText(FINDING_TEXT_MAX_LENGTH) = Field(
         description="Observed state. The measured numbers that show the pattern, in a sentence.",
     )
-    recommendation: str = Field(
-        max_length=FINDING_TEXT_MAX_LENGTH,
+    recommendation: BoundedText(FINDING_TEXT_MAX_LENGTH) = Field(
         description="Observed state. What to change, concretely.",
     )
     confidence: float = Field(
@@ -344,8 +346,8 @@ class Summary(ApiModel):
 class BaselineComparison(ApiModel):
     """This session against spec.baseline.sessionRef (or a schedule's rolling baseline)."""
 
-    session: str = Field(
-        max_length=POD_NAME_MAX_LENGTH, description="Observed state. The baseline session."
+    session: BoundedText(POD_NAME_MAX_LENGTH) = Field(
+        description="Observed state. The baseline session."
     )
     step_time_delta_pct: float = Field(
         description="Observed state. Median step time change, percent; positive is slower."
@@ -407,9 +409,8 @@ class ProfileSessionStatus(ApiModel):
             "x-kubernetes-list-map-keys": ["type"],
         },
     )
-    target: str | None = Field(
+    target: BoundedText(TARGET_MAX_LENGTH) | None = Field(
         None,
-        max_length=300,
         description="Observed state. The resolved target as kind/name, for the Target column.",
     )
     window: StatusWindow | None = Field(None, description="Observed state. The planned window.")

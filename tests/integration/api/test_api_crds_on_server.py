@@ -154,6 +154,16 @@ INVALID_SESSIONS = {
         "spec.artifacts.retention",
         "write 7 days as 168h",
     ),
+    "retention without end": (
+        {"target": {"pytorchJob": "a"}, "artifacts": {"retention": "99999999h"}},
+        "spec.artifacts.retention",
+        "artifacts.retention must be at most 8760h",
+    ),
+    "retention a second past a year": (
+        {"target": {"pytorchJob": "a"}, "artifacts": {"retention": "8760h1s"}},
+        "spec.artifacts.retention",
+        "artifacts.retention must be at most 8760h",
+    ),
     "ranks words": (
         {"target": {"pytorchJob": "a", "ranks": "first"}},
         "spec.target.ranks",

@@ -298,3 +298,44 @@ def test_schedule_status_round_trips(crds_installed, namespace) -> None:
     )
     assert ProfileSchedule.model_validate(stored).status == status
     assert stored["metadata"]["generation"] == 1
+
+
+def test_a_long_upload_error_is_clipped_and_the_server_accepts_it(crds_installed, namespace):
+    """A 300-character failure reason (an upload error quoting its object key) used to
+    make the status write fail; clipped where the model is built, it is stored as is."""
+    create_session(crds_installed, namespace, "long-reason")
+    reason = "upload failed: PUT s3://stepscope/" + "k" * 300 + " -> 403 Forbidden"
+    status = full_status().model_copy(
+        update={
+            "ranks": RanksStatus.tally(
+                expected=8,
+                captured=7,
+                misaligned=0,
+                missing=[],
+                failed=[RankFailure(rank=5, pod="llama-ft-worker-4", reason=reason)],
+            )
+        }
+    )
+    write_status(crds_installed, namespace, "long-reason", status)
+    stored = read(crds_installed, namespace, "long-reason")["status"]["ranks"]["failed"][0]
+    assert stored["reason"] == reason[:127] + "…"
+    assert ProfileSession.model_validate(read(crds_installed, namespace, "long-reason")).status == (
+        status
+    )
+    # The server itself holds the field to the same length: unclipped, it is refused.
+    raw = status.to_wire()
+    raw["ranks"]["failed"][0]["reason"] = reason
+    refused = crds_installed.kubectl(
+        "patch",
+        "profilesession",
+        "long-reason",
+        "-n",
+        namespace,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        json.dumps({"status": raw}),
+        check=False,
+    )
+    assert refused.returncode != 0
+    assert "status.ranks.failed[0].reason" in refused.stderr and "128" in refused.stderr

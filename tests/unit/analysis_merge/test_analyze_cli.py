@@ -91,10 +91,30 @@ def test_analyze_splits_a_folder_of_unrelated_traces_into_jobs(tmp_path, shared_
     assert any("2 of 128 ranks" in note for note in sampled.notes)
 
 
-def test_analyze_names_a_truncated_trace(tmp_path):
+def test_analyze_skips_a_truncated_trace_with_a_note(tmp_path):
     good = (SCENARIOS / "balanced" / "rank-0.json.gz").read_bytes()
     (tmp_path / "rank-0.json.gz").write_bytes(good)
     (tmp_path / "rank-1.json.gz").write_bytes(good[: len(good) // 2])
+    out = tmp_path / "out"
+    result = subprocess.run(
+        [sys.executable, "-m", "stepscope.cli", "analyze", str(tmp_path), "--out", str(out)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "note: skipped: trace" in result.stderr
+    assert "rank-1.json.gz is truncated" in result.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert [rank["rank"] for rank in summary["ranks"]] == [0]
+    assert any("rank-1.json.gz is truncated" in note for note in summary["notes"])
+
+
+def test_analyze_fails_when_no_trace_is_readable(tmp_path):
+    good = (SCENARIOS / "balanced" / "rank-0.json.gz").read_bytes()
+    (tmp_path / "rank-0.json.gz").write_bytes(good[: len(good) // 2])
+    (tmp_path / "rank-1.json.gz").write_bytes(b"")
     result = subprocess.run(
         [sys.executable, "-m", "stepscope.cli", "analyze", str(tmp_path), "--out", str(tmp_path)],
         check=False,
@@ -103,4 +123,4 @@ def test_analyze_names_a_truncated_trace(tmp_path):
         timeout=120,
     )
     assert result.returncode == 2
-    assert "rank-1.json.gz is truncated" in result.stderr
+    assert "none of the 2 traces" in result.stderr and "Traceback" not in result.stderr

@@ -92,6 +92,9 @@ def test_good_targets(target: dict, described: str, ranks: str | set[int]) -> No
         ("1h30m", timedelta(minutes=90)),
         ("45s", timedelta(seconds=45)),
         ("2h0m0s", timedelta(hours=2)),
+        ("8760h", timedelta(days=365)),
+        ("525600m", timedelta(days=365)),
+        ("0008760h", timedelta(days=365)),
     ],
 )
 def test_good_retentions(retention: str, expected: timedelta) -> None:
@@ -146,6 +149,16 @@ BAD_SPECS = {
         "write 7 days as 168h",
     ),
     "retention zero": (spec(artifacts={"retention": "0h"}), "artifacts.retention", "positive"),
+    "retention without end": (
+        spec(artifacts={"retention": "99999999h"}),
+        "artifacts.retention",
+        "artifacts.retention must be at most 8760h",
+    ),
+    "retention a minute past a year": (
+        spec(artifacts={"retention": "8760h1m"}),
+        "artifacts.retention",
+        "at most 8760h",
+    ),
     "ranks words": (spec(target={"pytorchJob": "a", "ranks": "first"}), "target.ranks", "'0,3,7'"),
     "ranks backwards range": (
         spec(target={"pytorchJob": "a", "ranks": "0,3-1"}),

@@ -148,20 +148,21 @@ def test_lists_longer_than_the_cap_are_refused() -> None:
     assert caught.value.errors()[0]["loc"] == ("missing",)
 
 
-def test_long_texts_are_refused() -> None:
-    with pytest.raises(ValidationError):
-        Finding(
-            id="x",
-            severity="low",
-            evidence="e" * (FINDING_TEXT_MAX_LENGTH + 1),
-            recommendation="r",
-            confidence=0.5,
-        )
-    with pytest.raises(ValidationError):
-        Condition(
-            type="Ready",
-            status="True",
-            last_transition_time=NOW,
-            reason="Ok",
-            message="m" * (CONDITION_MESSAGE_MAX_LENGTH + 1),
-        )
+def test_long_texts_are_clipped_to_the_limit() -> None:
+    finding = Finding(
+        id="x",
+        severity="low",
+        evidence="e" * (FINDING_TEXT_MAX_LENGTH + 1),
+        recommendation="r",
+        confidence=0.5,
+    )
+    assert len(finding.evidence) == FINDING_TEXT_MAX_LENGTH
+    assert finding.evidence.endswith("…")
+    condition = Condition(
+        type="Ready",
+        status="True",
+        last_transition_time=NOW,
+        reason="Ok",
+        message="m" * (CONDITION_MESSAGE_MAX_LENGTH + 1),
+    )
+    assert len(condition.message) == CONDITION_MESSAGE_MAX_LENGTH

@@ -5,11 +5,15 @@ import pytest
 from stepscope_operator.settings import (
     CONFIG_FILE_ENV,
     ENV,
+    DurationTooLong,
     OperatorSettings,
     SettingsError,
     load_settings,
     parse_duration,
+    session_retention,
 )
+
+from stepscope.api.session import MAX_RETENTION
 
 
 def test_defaults_need_no_environment():
@@ -104,3 +108,23 @@ def test_every_variable_is_documented():
     doc = (Path(__file__).resolve().parents[3] / "docs" / "operator-settings.md").read_text()
     missing = [variable for variable in ENV.values() if f"`{variable}`" not in doc]
     assert not missing, f"add {missing} to docs/operator-settings.md"
+
+
+def test_retention_has_an_upper_bound():
+    assert parse_duration("8760h", MAX_RETENTION) == MAX_RETENTION
+    with pytest.raises(DurationTooLong, match=r"'99999999h' is longer than the maximum 8760h"):
+        parse_duration("99999999h", MAX_RETENTION)
+    # Past what a timedelta holds it is the same error, never an OverflowError.
+    with pytest.raises(DurationTooLong):
+        parse_duration("9" * 30 + "h")
+    with pytest.raises(SettingsError, match="STEPSCOPE_DEFAULT_RETENTION.*maximum 8760h"):
+        load_settings({"STEPSCOPE_DEFAULT_RETENTION": "9000h"})
+
+
+def test_a_stored_retention_past_the_bound_is_held_to_it():
+    week = timedelta(hours=168)
+    assert session_retention(None, week) == week
+    assert session_retention("24h", week) == timedelta(hours=24)
+    # Sessions stored before the bound existed end after a year instead of overflowing.
+    assert session_retention("99999999h", week) == MAX_RETENTION
+    assert session_retention("9" * 30 + "h", week) == MAX_RETENTION

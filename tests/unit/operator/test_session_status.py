@@ -232,3 +232,30 @@ def test_summary_maps_job_to_the_api_shape():
     assert len(summary.findings[0].evidence) == 512
     assert summary.profiler_overhead_pct == 20.0
     assert summary_from_job(job).profiler_overhead_pct is None
+
+
+def test_long_failure_reasons_still_make_a_valid_status():
+    """An upload error quoting its key and the byte-budget message are longer than the
+    status's reason field; they are clipped, so the status write cannot fail on them."""
+    upload = (
+        "upload failed: PUT https://s3.example/stepscope/team-a/llama-ft-1/"
+        "6f1c2d3e-4b5a-4c6d-8e9f-0a1b2c3d4e5f/rank-0/trace.json.gz?partNumber=3 -> 403"
+    )
+    budget = (
+        "the trace (1,342,177,280 bytes compressed) is over this rank's upload budget of "
+        "1,073,741,824 bytes (max_bytes_per_rank); capture fewer steps or use granularity ops"
+    )
+    obs = {
+        "pod-0": PodObservation(
+            pod="pod-0",
+            capture=capture(
+                rank(0, state="failed", reason=upload), rank(1, state="failed", reason=budget)
+            ),
+        )
+    }
+    ranks = tally_ranks(judge_ranks(targets(2, per_pod=2), obs, 10, 14))
+    assert all(len(f.reason) == 128 and f.reason.endswith("…") for f in ranks.failed)
+    phase, reason, message = final_phase(ranks)
+    conditions = set_condition([], "Ready", "False", reason, message, 1, NOW)
+    status = ProfileSessionStatus(phase=phase, ranks=ranks, conditions=conditions)
+    assert ProfileSessionStatus.model_validate(status.to_wire()) == status
