@@ -51,7 +51,8 @@ from hta.trace_analysis import TraceAnalysis
 analysis = TraceAnalysis(trace_dir=sys.argv[1], include_last_profiler_step=True)
 [row] = analysis.get_temporal_breakdown(visualize=False).to_dict("records")
 print(json.dumps({"compute_pct": row["compute_time_pctg"],
-                  "non_compute_pct": row["non_compute_time_pctg"], "idle_pct": row["idle_time_pctg"]}))
+                  "non_compute_pct": row["non_compute_time_pctg"],
+                  "idle_pct": row["idle_time_pctg"]}))
 """
 
 

@@ -102,8 +102,8 @@ def write_large_trace(out: Path, megabytes: float) -> dict:
                         + encode(_shifted(event, copy, shift_us, id_stride, steps))
                     )
                     first = False
-        for event in fixed:
-            event = dict(event)
+        for original in fixed:
+            event = dict(original)
             if event.get("cat") == "Trace":
                 event["dur"] = event.get("dur", 0) + (copies - 1) * shift_us
             sink.write(",\n" + encode(event))

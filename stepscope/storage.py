@@ -40,7 +40,8 @@ class SessionArtifact(StrEnum):
 def _check_segment(field: str, value: str) -> str:
     if not value or "/" in value or value in (".", ".."):
         raise ValueError(
-            f"{field}={value!r} cannot be used in an S3 key: it must be non-empty and contain no '/'"
+            f"{field}={value!r} cannot be used in an S3 key: "
+            "it must be non-empty and contain no '/'"
         )
     return value
 

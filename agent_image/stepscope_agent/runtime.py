@@ -106,7 +106,8 @@ def world_size() -> int:
 
 def activate() -> None:
     """Install the step hook (called once torch is imported; idempotent)."""
-    global _runtime
+    # One runtime per trainer process: the hook is process-wide state by nature.
+    global _runtime  # noqa: PLW0603
     directory = settings.agent_dir()
     if _runtime is not None or directory is None:
         return

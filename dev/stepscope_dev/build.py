@@ -155,8 +155,8 @@ def _run_go(
     packages = 0
     tail: list[str] = []
     last_report = started
-    for line in proc.stdout:
-        line = line.rstrip()
+    for raw_line in proc.stdout:
+        line = raw_line.rstrip()
         tail = (tail + [line])[-40:]
         if line and not line.startswith(("go: ", "#")):
             packages += 1

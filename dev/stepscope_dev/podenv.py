@@ -1,4 +1,4 @@
-"""A container's environment, command and paths, as the kubelet would give them, for a local process.
+"""A container's environment, command and paths, as the kubelet gives them, for a local process.
 
 Pure functions over the pod as a JSON dict; the objects they need from the API server (Secrets,
 ConfigMaps, Services) come through a small ``ObjectSource`` the caller provides.

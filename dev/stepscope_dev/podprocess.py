@@ -20,6 +20,7 @@ period) and, for a graceful deletion, removes the pod object as a kubelet confir
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -383,7 +384,5 @@ def _record(container: dict[str, Any], *, sidecar: bool = False) -> ContainerRec
 
 
 def _kill_group(pgid: int, sig: signal.Signals) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass

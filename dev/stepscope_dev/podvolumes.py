@@ -111,7 +111,7 @@ def _write_downward_api(directory: Path, spec: Mapping[str, Any], pod: Mapping[s
     for item in spec.get("items") or []:
         if "fieldRef" not in item:
             raise PodSpecError(
-                f"downwardAPI item {item['path']!r}: only fieldRef is supported by the local pod runner"
+                f"downwardAPI item {item['path']!r}: the local pod runner supports only fieldRef"
             )
         _write_file(directory / item["path"], field_value(pod, item["fieldRef"]["fieldPath"]))
 

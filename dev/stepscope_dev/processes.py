@@ -6,6 +6,7 @@ stopping it reaches every child it spawned and nothing else on the machine.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
@@ -80,7 +81,5 @@ def stop_pid(pid: int, *, grace_seconds: float = 10.0) -> None:
 
 
 def _reap(pid: int) -> None:
-    try:
+    with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass

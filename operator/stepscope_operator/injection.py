@@ -85,7 +85,7 @@ class InjectionSettings(BaseModel):
     agent_port: int = Field(9464, ge=1, le=65535, description="TCP port the sidecar serves on.")
     agent_token: str = Field(
         min_length=16,
-        description="The bearer token this pod's agent accepts (per namespace, see agent_token.py).",
+        description="The bearer token this pod's agent accepts (per namespace, agent_token.py).",
     )
     agent_resources: dict[str, dict[str, str]] = Field(
         default_factory=lambda: dict(DEFAULT_AGENT_RESOURCES),

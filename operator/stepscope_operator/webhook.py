@@ -130,7 +130,8 @@ def register_webhook(
         certificate = ServingCertificate(webhook.tls_dir / "tls.crt", webhook.tls_dir / "tls.key")
     except (OSError, ssl.SSLError) as exc:
         raise SettingsError(
-            f"{ENV['tls_dir']}={webhook.tls_dir}: cannot serve tls.crt and tls.key from it ({exc}); "
+            f"{ENV['tls_dir']}={webhook.tls_dir}: cannot serve tls.crt and tls.key from it "
+            f"({exc}); "
             "mount the webhook Secret there or unset the variable"
         ) from exc
     kopf.on.startup(registry=registry)(functools.partial(_serve_admission, webhook, certificate))

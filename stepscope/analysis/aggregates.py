@@ -248,7 +248,8 @@ class Collectives:
             return [], 0
         state = self._sources[source]
         records = []
-        for _, _, start, end, meta, ext in sorted(state.heap, key=lambda item: item[2]):
+        for _, _, start, end, own_meta, ext in sorted(state.heap, key=lambda item: item[2]):
+            meta = own_meta
             linked = self._meta_by_external_id.get(ext)
             if linked is not None and meta.seq is None and meta.group is None:
                 meta = _CommMeta(**{**linked.__dict__, "name": meta.name})

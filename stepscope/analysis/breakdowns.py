@@ -98,7 +98,7 @@ class StepTotals:
             bits, label = _cpu_bits(categories, main_tid), _cpu_label
         spans = [(start, end) for _, start, end in windows]
         totals = sum_by_window(chunk.segments(bits), spans, label, _SLOTS)
-        for window, row in zip(windows, totals):
+        for window, row in zip(windows, totals, strict=True):
             if any(row):
                 into = self._by_window.setdefault(window, [0.0] * _SLOTS)
                 for slot, value in enumerate(row):

@@ -62,7 +62,7 @@ def classify_event(raw: dict) -> TraceEvent:
         kind = EventKind.FLOW
     elif ph == "M":
         kind = EventKind.METADATA
-    elif ph == "i" or ph == "I":
+    elif ph in {"i", "I"}:
         if name == "[memory]":
             kind = EventKind.MEMORY
         elif cat in ("", "Trace") or get("s") == "g":
@@ -100,8 +100,9 @@ def _strings(ph: object, cat: object, name: object) -> tuple[str, str, str]:
     values = []
     for field, value in (("ph", ph), ("cat", cat), ("name", name)):
         if value is None:
-            value = ""
-        elif value.__class__ is not str:
+            values.append("")
+            continue
+        if value.__class__ is not str:
             raise EventShapeError(f"'{field}' is a {json_type_name(value)}, not a string")
         values.append(value)
     return values[0], values[1], values[2]

@@ -8,7 +8,7 @@ microseconds (``*_us``).
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -19,7 +19,7 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
 
-class Severity(str, Enum):
+class Severity(StrEnum):
     """How much a finding costs the job, ordered from least to most."""
 
     info = "info"

@@ -246,7 +246,7 @@ def merge_ranks(
         misaligned_ranks=misaligned,
         median_step_ms=round(median_step_ms, 3),
         mean_breakdown=mean_breakdown,
-        rank_breakdowns={s.rank: b for s, b in zip(summaries, per_rank)},
+        rank_breakdowns={s.rank: b for s, b in zip(summaries, per_rank, strict=True)},
         step_imbalance=_step_imbalance(summaries, common),
         bottleneck=bottleneck,
         bottleneck_reason=bottleneck_reason,

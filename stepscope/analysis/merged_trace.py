@@ -134,10 +134,10 @@ def write_merged_trace(
         name = (names or {}).get(rank, f"rank {rank} trace")
         tids, named = _ThreadIds(), set()
         try:
-            for event in TraceReader(name, open_trace).raw_events():
-                if event.get("ph") == "M" and event.get("name") in PROCESS_METADATA:
+            for raw in TraceReader(name, open_trace).raw_events():
+                if raw.get("ph") == "M" and raw.get("name") in PROCESS_METADATA:
                     continue
-                event = _rewrite(event, rank, offsets_us.get(rank, 0.0), len(sources), tids)
+                event = _rewrite(raw, rank, offsets_us.get(rank, 0.0), len(sources), tids)
                 if event.get("ph") == "M" and event.get("name") == "thread_name":
                     named.add(event["tid"])
                 emit(event)

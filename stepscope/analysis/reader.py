@@ -146,7 +146,7 @@ class TraceReader:
         items = ijson.items(recorder, "traceEvents.item", use_float=True, buf_size=CHUNK_BYTES)
         count = 0
         try:
-            for count, item in enumerate(islice(items, MAX_TRACE_EVENTS), 1):
+            for count, item in enumerate(islice(items, MAX_TRACE_EVENTS), 1):  # noqa: B007 - read after the loop
                 try:
                     event = classify_event(item)
                 except AttributeError:  # not a dict: it has no .get

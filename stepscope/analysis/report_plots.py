@@ -79,7 +79,8 @@ def breakdown_per_rank(job: JobSummary) -> str:
             span = width * value / scale_max
             if span <= 0:
                 continue
-            tip = f"rank {rank} {CATEGORY_LABELS[category]}: {value:.2f} ms ({breakdown.percent(category):.1f}%)"
+            share = breakdown.percent(category)
+            tip = f"rank {rank} {CATEGORY_LABELS[category]}: {value:.2f} ms ({share:.1f}%)"
             parts.append(
                 f'<rect x="{x:.2f}" y="{y}" width="{span:.2f}" height="{bar}" fill="{color}">'
                 f"<title>{escape(tip)}</title></rect>"

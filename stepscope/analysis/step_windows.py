@@ -20,9 +20,9 @@ def step_windows(
     main_tid = Counter(tid for *_, tid in steps).most_common(1)[0][0]
     ordered = sorted((s for s in steps if s[3] == main_tid), key=lambda s: s[1])
     windows: list[Window] = []
-    for number, start, end, _ in ordered:
-        if windows and start < windows[-1][2]:
-            start = windows[-1][2]
+    for number, began, end, _ in ordered:
+        # A step that starts before the previous one ended is clipped to start at its end.
+        start = max(began, windows[-1][2]) if windows else began
         if end > start:
             windows.append((number, start, end))
     numbers = [w[0] for w in windows]

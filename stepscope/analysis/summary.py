@@ -473,7 +473,7 @@ def _step_records(windows: list[Window], breakdowns: list[Breakdown]) -> list[St
             duration_ms=round((end - start) / 1e3, 4),
             breakdown=breakdown,
         )
-        for (number, start, end), breakdown in zip(windows, breakdowns)
+        for (number, start, end), breakdown in zip(windows, breakdowns, strict=True)
     ]
 
 

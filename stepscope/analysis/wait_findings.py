@@ -118,7 +118,8 @@ def _straggler_rank(job: JobSummary, lagging: Straggler) -> Finding:
                 f"the median rank ({lagging.excess_pct_of_step:.0f}% of the step; robust z "
                 f"{lagging.robust_z:.1f}; clearly last in {lagging.last_arrival_fraction:.0%} of "
                 f"steps). "
-                f"{own}, while the others wait {waiting_others:.1f} ms in communication against its "
+                f"{own}, while the others wait {waiting_others:.1f} ms in communication against "
+                "its "
                 f"{mine.comm_exposed_ms:.1f} ms."
             ),
             numbers=numbers,

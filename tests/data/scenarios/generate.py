@@ -129,7 +129,9 @@ def all_reduce_after_backward(parameters: list[nn.Parameter]) -> None:
     flat = torch.cat([p.grad.reshape(-1) for p in parameters])
     dist.all_reduce(flat)
     flat /= WORLD_SIZE
-    for parameter, chunk in zip(parameters, flat.split([p.numel() for p in parameters])):
+    for parameter, chunk in zip(
+        parameters, flat.split([p.numel() for p in parameters]), strict=True
+    ):
         parameter.grad.copy_(chunk.view_as(parameter.grad))
 
 

@@ -20,7 +20,7 @@ def capture(tmp_path: Path, tier: Tier) -> messages.WindowFinished:
     """Three real training steps, a two-step window at `tier` over steps 1-2."""
     sent: list[messages.Message] = []
     driver = WindowDriver(tmp_path, lambda: 0, sent.append)
-    counter = StepCounter(lambda record, next_step: driver.at_boundary(record, next_step))
+    counter = StepCounter(driver.at_boundary)
     model = torch.nn.Linear(8, 2)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     arm = messages.Arm(

@@ -20,7 +20,7 @@ class Trainer:
     def __init__(self, tmp_path):
         self.sent: list[messages.Message] = []
         self.driver = WindowDriver(tmp_path, lambda: 0, self._emit)
-        self.counter = StepCounter(lambda record, nxt: self.driver.at_boundary(record, nxt))
+        self.counter = StepCounter(self.driver.at_boundary)
         self.model = torch.nn.Linear(8, 2)
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
 

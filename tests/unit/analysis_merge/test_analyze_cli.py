@@ -80,7 +80,7 @@ def test_analyze_splits_a_folder_of_unrelated_traces_into_jobs(tmp_path, shared_
     assert jobs["sampled-128rank-rank0"] == [0, 1]
     assert jobs["gloo-300rank-rank34"] == [34]
     assert len(jobs) == 6
-    for job_dir, job in results:
+    for job_dir, _job in results:
         assert {p.name for p in job_dir.iterdir()} == {
             "summary.json",
             "report.html",

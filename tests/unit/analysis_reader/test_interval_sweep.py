@@ -65,7 +65,7 @@ def test_random_intervals_match_a_brute_force_count():
     totals = sum_by_window(
         store.segments({0: 0, 1: 1}), windows, lambda m: (0,) if m & 1 else (1,), 2
     )
-    for (start, end), (first, second_only) in zip(windows, totals):
+    for (start, end), (first, second_only) in zip(windows, totals, strict=True):
         span = set(range(start, end))
         assert first == pytest.approx(len(covered[0] & span))
         assert second_only == pytest.approx(len((covered[1] - covered[0]) & span))

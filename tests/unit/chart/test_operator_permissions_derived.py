@@ -61,7 +61,7 @@ def referenced_client_methods() -> dict[str, str]:
 def permission_of(method: str) -> tuple[str, str, bool]:
     """(verb, resource, is_status) of a client method; resource is CUSTOM_OBJECT for the
     CustomObjectsApi, whose resource is an argument."""
-    for prefix, verb in VERB_PREFIXES.items():
+    for prefix, verb in VERB_PREFIXES.items():  # noqa: B007 - the verb found is returned
         if method.startswith(prefix + "_"):
             rest = method[len(prefix) + 1 :]
             break

@@ -37,7 +37,7 @@ def test_phases_are_the_status_models_own_and_three_are_final():
         "PartiallySucceeded",
         "Failed",
     }
-    assert TERMINAL_PHASES == {Phase.SUCCEEDED, Phase.PARTIALLY_SUCCEEDED, Phase.FAILED}
+    assert {Phase.SUCCEEDED, Phase.PARTIALLY_SUCCEEDED, Phase.FAILED} == TERMINAL_PHASES
     status = ProfileSessionStatus.model_validate({"phase": "Capturing"})
     assert status.phase is Phase.CAPTURING and status.to_wire()["phase"] == "Capturing"
 
