@@ -51,6 +51,15 @@ class WindowPlan(BaseModel):
     expected_end: datetime
 
 
+@dataclass(frozen=True)
+class Progress:
+    """Where the ranks are, measured by the probes: what a plan is made from."""
+
+    highest_step: int
+    step_time_s: float
+    max_rtt_s: float
+
+
 def plan_window(
     probes: Iterable[Probe],
     window: WindowSpec,
@@ -59,6 +68,37 @@ def plan_window(
     deadline: datetime | None = None,
     min_steps: int = 0,
 ) -> WindowPlan:
+    """The window for every rank: an absolute start step past the highest step by the lead,
+    or the user's fixed start step when it is still reachable."""
+    progress = measure_progress(probes, min_steps if window.start_step is None else 0)
+    start = start_step_for(progress, window, margin_seconds)
+    steps_ahead = start - progress.highest_step
+    expected_start = now + timedelta(seconds=steps_ahead * progress.step_time_s)
+    expected_end = expected_start + timedelta(seconds=window.steps * progress.step_time_s)
+    if deadline is not None and expected_end > deadline:
+        raise PlanningError(
+            Reason.WINDOW_PAST_DEADLINE,
+            f"at {progress.step_time_s * 1000:.0f} ms per step the window would end at "
+            f"{expected_end.isoformat(timespec='seconds')}, after the deadline "
+            f"{deadline.isoformat(timespec='seconds')}; raise spec.window.timeoutSeconds or "
+            "lower spec.window.steps / leadSeconds",
+        )
+    return WindowPlan(
+        start_step=start,
+        end_step=start + window.steps - 1,
+        steps=window.steps,
+        warmup_steps=window.warmup_steps,
+        highest_step=progress.highest_step,
+        step_time_ms=progress.step_time_s * 1000.0,
+        steps_ahead=steps_ahead,
+        expected_start=expected_start,
+        expected_end=expected_end,
+    )
+
+
+def measure_progress(probes: Iterable[Probe], min_steps: int) -> Progress:
+    """The highest step, the step time and the slowest round trip over the agents that
+    answered; a retryable PlanningError while there is nothing (steady) to plan from."""
     reachable = [p for p in probes if p.ok]
     if not reachable:
         raise PlanningError(
@@ -73,7 +113,7 @@ def plan_window(
             retry=True,
         )
     highest = max(s.current_step for s in stepping)
-    if window.start_step is None and highest < min_steps:
+    if highest < min_steps:
         # The first steps (process-group set-up, allocator warm-up, caches) are slow; a plan
         # made from them puts the window too close and the ranks pass it before the arm.
         raise PlanningError(
@@ -85,45 +125,30 @@ def plan_window(
     # Ranks of one job step in lockstep. The fastest reported step time is the safe one:
     # if the steps run faster than planned, the ranks reach the start step before the lead
     # time is up, and an arm that arrives late misses the window.
-    step_time_s = min(timed) / 1000.0
-    max_rtt = max(p.rtt_s or 0.0 for p in reachable)
-    arm_steps = math.ceil((max_rtt + margin_seconds) / step_time_s)
+    return Progress(
+        highest_step=highest,
+        step_time_s=min(timed) / 1000.0,
+        max_rtt_s=max(p.rtt_s or 0.0 for p in reachable),
+    )
 
+
+def start_step_for(progress: Progress, window: WindowSpec, margin_seconds: float) -> int:
+    """The planned start: past the highest step by the warm-up and the lead (or the time
+    to arm, for a fixed startStep, which must still be that far ahead)."""
     if window.start_step is not None:
-        earliest = highest + window.warmup_steps + max(1, arm_steps)
+        arm_steps = math.ceil((progress.max_rtt_s + margin_seconds) / progress.step_time_s)
+        earliest = progress.highest_step + window.warmup_steps + max(1, arm_steps)
         if window.start_step < earliest:
             raise PlanningError(
                 Reason.START_STEP_PASSED,
                 f"spec.window.startStep={window.start_step} is too close or already passed: "
-                f"ranks are at step {highest} and need {window.warmup_steps} warm-up step(s) "
-                f"plus time to be armed; use startStep >= {earliest} or omit it",
+                f"ranks are at step {progress.highest_step} and need {window.warmup_steps} "
+                f"warm-up step(s) plus time to be armed; use startStep >= {earliest} or omit it",
             )
-        start = window.start_step
-    else:
-        lead_steps = math.ceil((window.lead_seconds + max_rtt + margin_seconds) / step_time_s)
-        start = highest + window.warmup_steps + max(1, lead_steps)
-    steps_ahead = start - highest
-    expected_start = now + timedelta(seconds=steps_ahead * step_time_s)
-    expected_end = expected_start + timedelta(seconds=window.steps * step_time_s)
-    if deadline is not None and expected_end > deadline:
-        raise PlanningError(
-            Reason.WINDOW_PAST_DEADLINE,
-            f"at {step_time_s * 1000:.0f} ms per step the window would end at "
-            f"{expected_end.isoformat(timespec='seconds')}, after the deadline "
-            f"{deadline.isoformat(timespec='seconds')}; raise spec.window.timeoutSeconds or "
-            "lower spec.window.steps / leadSeconds",
-        )
-    return WindowPlan(
-        start_step=start,
-        end_step=start + window.steps - 1,
-        steps=window.steps,
-        warmup_steps=window.warmup_steps,
-        highest_step=highest,
-        step_time_ms=step_time_s * 1000.0,
-        steps_ahead=steps_ahead,
-        expected_start=expected_start,
-        expected_end=expected_end,
-    )
+        return window.start_step
+    lead_s = window.lead_seconds + progress.max_rtt_s + margin_seconds
+    lead_steps = math.ceil(lead_s / progress.step_time_s)
+    return progress.highest_step + window.warmup_steps + max(1, lead_steps)
 
 
 # A re-planned lead is never below this, so a session asked for leadSeconds 0 still backs off.

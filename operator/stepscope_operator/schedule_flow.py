@@ -37,18 +37,54 @@ def _parse_time(text: str | None) -> datetime | None:
 
 
 async def reconcile_schedule(ctx: OperatorContext, body: dict[str, Any]) -> str:
-    """Returns a line for the log saying what happened."""
+    """One tick of a schedule: prune, judge, create the due session, write status.
+    Returns a line for the log saying what happened."""
     meta = body["metadata"]
     namespace, name = meta["namespace"], meta["name"]
     spec = ProfileScheduleSpec.model_validate(body["spec"])
     writer = ScheduleStatusWriter(ctx, body)
     status = writer.status
-    now = ctx.now()
     sessions = await ctx.kube.list_sessions(namespace, f"{SCHEDULE_LABEL}={name}")
     active, kept, expired = split_sessions(sessions, spec.history_limit)
     for old in expired:
         await ctx.kube.delete_session(namespace, old["metadata"]["name"])
+    last_regression, notes = await judge_new_sessions(ctx, body, spec, status, kept)
+    last_schedule, ready = await create_due_session(ctx, body, spec, status, active)
+    writer.set_ready(*ready)
+    history = history_of(kept)
+    medians = baseline_medians(kept)
+    await writer.write(
+        last_schedule_time=last_schedule,
+        last_successful_time=max(
+            (run.finish_time for run in history if run.phase == "Succeeded" and run.finish_time),
+            default=status.last_successful_time,
+        ),
+        active=[s["metadata"]["name"] for s in active][:MAX_ACTIVE_LISTED],
+        history=history,
+        baseline=BaselineSummary(
+            sessions=len(medians),
+            step_time_ms_p50=statistics.median(medians) if medians else None,
+            noise_band_pct=round(noise_band_pct(medians), 2) if medians else None,
+        ),
+        last_regression=last_regression,
+    )
+    succeeded = sum(run.phase == "Succeeded" for run in history)
+    return (
+        f"{len(active)} active, {len(kept)} kept ({succeeded} succeeded), "
+        f"{len(expired)} deleted" + (f"; {'; '.join(notes)}" if notes else "")
+    )
 
+
+async def judge_new_sessions(
+    ctx: OperatorContext,
+    body: dict[str, Any],
+    spec: ProfileScheduleSpec,
+    status: Any,
+    kept: list[dict[str, Any]],
+) -> tuple[RegressionRecord | None, list[str]]:
+    """Judge every kept session not judged before against the ones before it; a regression
+    is an Event on the schedule and the session and counts in the metrics."""
+    namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
     judged = {run.session for run in status.history}
     last_regression = status.last_regression
     notes = []
@@ -62,26 +98,39 @@ async def reconcile_schedule(ctx: OperatorContext, body: dict[str, Any]) -> str:
         )
         if comparison is not None:
             LAST_STEP_TIME_DELTA.labels(namespace, name).set(comparison.delta_pct)
-        if comparison is not None and comparison.verdict == "regression":
-            REGRESSIONS.labels(namespace, name).inc()
-            session_name = session["metadata"]["name"]
-            last_regression = RegressionRecord(
-                session=session_name,
-                detected_time=now,
-                step_time_delta_pct=comparison.delta_pct,
-                p_value=comparison.p_value,
-            )
-            message = (
-                f"session {session_name}: median step time {comparison.delta_pct:+.1f}% against "
-                f"the rolling baseline (p={comparison.p_value:.2g}, noise band "
-                f"{comparison.noise_band_pct:.1f}%, threshold {spec.regression.threshold_pct}%)"
-            )
-            await ctx.kube.post_event(body, "Warning", Reason.REGRESSION, message)
-            await ctx.kube.post_event(session, "Warning", Reason.REGRESSION, message)
-            notes.append(message)
+        if comparison is None or comparison.verdict != "regression":
+            continue
+        REGRESSIONS.labels(namespace, name).inc()
+        session_name = session["metadata"]["name"]
+        last_regression = RegressionRecord(
+            session=session_name,
+            detected_time=ctx.now(),
+            step_time_delta_pct=comparison.delta_pct,
+            p_value=comparison.p_value,
+        )
+        message = (
+            f"session {session_name}: median step time {comparison.delta_pct:+.1f}% against "
+            f"the rolling baseline (p={comparison.p_value:.2g}, noise band "
+            f"{comparison.noise_band_pct:.1f}%, threshold {spec.regression.threshold_pct}%)"
+        )
+        await ctx.kube.post_event(body, "Warning", Reason.REGRESSION, message)
+        await ctx.kube.post_event(session, "Warning", Reason.REGRESSION, message)
+        notes.append(message)
+    return last_regression, notes
 
+
+async def create_due_session(
+    ctx: OperatorContext,
+    body: dict[str, Any],
+    spec: ProfileScheduleSpec,
+    status: Any,
+    active: list[dict[str, Any]],
+) -> tuple[Any, tuple[str, Reason, str]]:
+    """Create the session of the latest due tick unless one is active or the schedule is
+    suspended. Returns the last schedule time and the Ready condition to write."""
+    now = ctx.now()
     last_schedule = status.last_schedule_time
-    since = last_schedule or _parse_time(meta.get("creationTimestamp")) or now
+    since = last_schedule or _parse_time(body["metadata"].get("creationTimestamp")) or now
     try:
         tick = None if spec.suspend or active else latest_due_tick(spec.schedule, since, now)
         ready = (
@@ -104,11 +153,12 @@ async def reconcile_schedule(ctx: OperatorContext, body: dict[str, Any]) -> str:
             )
         active.append(created)
         last_schedule = tick
-    writer.set_ready(*ready)
+    return last_schedule, ready
 
-    medians = baseline_medians(kept)
-    successes = [s for s in kept if (s.get("status") or {}).get("phase") == "Succeeded"]
-    history = [
+
+def history_of(kept: list[dict[str, Any]]) -> list[ScheduledRun]:
+    """The kept sessions as the schedule's history, newest first."""
+    return [
         ScheduledRun(
             session=s["metadata"]["name"],
             phase=s["status"]["phase"],
@@ -117,22 +167,3 @@ async def reconcile_schedule(ctx: OperatorContext, body: dict[str, Any]) -> str:
         )
         for s in kept
     ]
-    await writer.write(
-        last_schedule_time=last_schedule,
-        last_successful_time=max(
-            (run.finish_time for run in history if run.phase == "Succeeded" and run.finish_time),
-            default=status.last_successful_time,
-        ),
-        active=[s["metadata"]["name"] for s in active][:MAX_ACTIVE_LISTED],
-        history=history,
-        baseline=BaselineSummary(
-            sessions=len(medians),
-            step_time_ms_p50=statistics.median(medians) if medians else None,
-            noise_band_pct=round(noise_band_pct(medians), 2) if medians else None,
-        ),
-        last_regression=last_regression,
-    )
-    return (
-        f"{len(active)} active, {len(kept)} kept ({len(successes)} succeeded), "
-        f"{len(expired)} deleted" + (f"; {'; '.join(notes)}" if notes else "")
-    )
