@@ -20,6 +20,8 @@ from stepscope_operator.webhook import NAMESPACE_LABEL_WEBHOOK
 from support import free_port
 from support.operator_helpers import OperatorProcess, operator_env
 
+from stepscope.api.agent import TraceSummary, parse_capture_summary
+
 E2E_DIR = Path(__file__).resolve().parent
 DDP_JOB = E2E_DIR / "ddp_job.py"
 WEBHOOK_COMPONENT = "stepscope-injection"
@@ -165,8 +167,10 @@ def captured_steps_by_rank(cluster: Any, status: dict[str, Any]) -> dict[int, li
     steps = {}
     for rank in range(status["ranks"]["expected"]):
         key = f"{prefix}rank-{rank}/summary.json"
-        summary = json.loads(s3.get_object(Bucket=cluster.s3_bucket, Key=key)["Body"].read())
-        steps[rank] = sorted(record["step"] for record in summary["steps"])
+        stored = json.loads(s3.get_object(Bucket=cluster.s3_bucket, Key=key)["Body"].read())
+        summary = parse_capture_summary(stored)
+        assert isinstance(summary, TraceSummary), f"rank {rank} sent {summary.kind}, not a trace"
+        steps[rank] = sorted(record.step for record in summary.rank_summary.steps)
     return steps
 
 

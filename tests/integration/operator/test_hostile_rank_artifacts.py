@@ -23,13 +23,15 @@ from stepscope_operator.status import RankOutcome
 from stepscope_operator.targets import RankTarget
 
 from stepscope.analysis import summarize_rank
+from stepscope.api.agent import TraceSummary
 from stepscope.storage import RankArtifact, SessionArtifact, rank_key, session_key, session_prefix
+from stepscope.tiers import Tier
 
 pytestmark = pytest.mark.integration
 
 BALANCED = Path(__file__).resolve().parents[2] / "data" / "scenarios" / "balanced"
 DEEP_TRACE = gzip.compress(b'{"traceEvents":[' + b"[" * 30_000 + b"]" * 30_000 + b"]}")
-DEEP_SUMMARY = b'{"deviceKind":' + b"[" * 30_000 + b"]" * 30_000 + b"}"
+DEEP_SUMMARY = b'{"kind":"trace","rankSummary":' + b"[" * 30_000 + b"]" * 30_000 + b"}"
 
 
 def test_hostile_trace_and_summary_become_notes(local_cluster):
@@ -37,7 +39,8 @@ def test_hostile_trace_and_summary_become_notes(local_cluster):
     prefix = session_prefix("stepscope-it", "ns", "hostile", uuid.uuid4().hex)
     for rank in (0, 1):
         trace = BALANCED / f"rank-{rank}.json.gz"
-        summary = summarize_rank(trace, rank=rank).model_dump_json().encode()
+        stored = TraceSummary(tier=Tier.OPS, rank_summary=summarize_rank(trace, rank=rank))
+        summary = json.dumps(stored.to_wire()).encode()
         buckets.put_bytes(rank_key(prefix, rank, RankArtifact.SUMMARY), summary, "application/json")
     buckets.put_bytes(
         rank_key(prefix, 0, RankArtifact.TRACE), (BALANCED / "rank-0.json.gz").read_bytes(), "x"
