@@ -103,6 +103,31 @@ def read_permission(resource: JobResource) -> KindPermission:
     )
 
 
+class NamedJobTarget:
+    """What the kinds whose target is one named job object share: they read that object
+    (and need `get` on it), a session's identity is the job's name, and the job has ended
+    once one of `ended_conditions` is True. Subclasses give the rank of one pod."""
+
+    kind: TargetKind
+    resource: JobResource
+    ended_conditions: tuple[str, ...]
+
+    def __init__(self) -> None:
+        self.permissions = (read_permission(self.resource),)
+
+    def pod_ranks(self, pods: Sequence[Pod], job: Mapping[str, Any] | None) -> list[PodRank]:
+        return [self.pod_rank(pod) for pod in pods]
+
+    def pod_rank(self, pod: Pod) -> PodRank:
+        raise NotImplementedError
+
+    def finished(self, job: Mapping[str, Any]) -> str | None:
+        return finished_condition(job, self.ended_conditions)
+
+    def identity(self, ref: Any) -> str:
+        return str(ref)
+
+
 def finished_condition(job: Mapping[str, Any], ended: Iterable[str]) -> str | None:
     """The first of the `ended` condition types that is True in the job's status."""
     ended = frozenset(ended)

@@ -30,14 +30,13 @@ from stepscope_operator.target_kinds.base import (
     JOB_COMPLETION_INDEX,
     InvalidTarget,
     JobResource,
+    NamedJobTarget,
     Pod,
     PodRank,
     TargetKind,
     as_int,
-    finished_condition,
     label_or_annotation,
     procs_per_pod,
-    read_permission,
 )
 
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
@@ -64,10 +63,10 @@ class PodPlace(NamedTuple):
     completion_index: int
 
 
-class JobSetTarget:
+class JobSetTarget(NamedJobTarget):
     kind = TargetKind.JOB_SET
     resource = RESOURCE
-    permissions = (read_permission(RESOURCE),)
+    ended_conditions = ("Completed", "Failed")
 
     def pod_selector(self, ref: Any) -> str:
         return f"{JOBSET_NAME_LABEL}={ref}"
@@ -100,12 +99,6 @@ class JobSetTarget:
             )
             ranks.append(PodRank(node_rank, procs_per_pod(pod)))
         return ranks
-
-    def finished(self, job: Mapping[str, Any]) -> str | None:
-        return finished_condition(job, ("Completed", "Failed"))
-
-    def identity(self, ref: Any) -> str:
-        return str(ref)
 
 
 def pod_place(pod: Pod) -> PodPlace:

@@ -6,7 +6,6 @@ index, and sets ``RANK`` (and, for torchrun pods, ``PET_NODE_RANK``/``PET_NPROC_
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from typing import Any
 
 from stepscope_operator.target_kinds.base import (
@@ -14,15 +13,14 @@ from stepscope_operator.target_kinds.base import (
     RANK_ENV,
     InvalidTarget,
     JobResource,
+    NamedJobTarget,
     Pod,
     PodRank,
     TargetKind,
     as_int,
     env,
-    finished_condition,
     labels_of,
     procs_per_pod,
-    read_permission,
 )
 
 JOB_NAME_LABEL = "training.kubeflow.org/job-name"
@@ -31,24 +29,15 @@ REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"
 RESOURCE = JobResource("kubeflow.org", "v1", "pytorchjobs", "PyTorchJob")
 
 
-class PyTorchJobTarget:
+class PyTorchJobTarget(NamedJobTarget):
     kind = TargetKind.PYTORCH_JOB
     resource = RESOURCE
-    permissions = (read_permission(RESOURCE),)
+    ended_conditions = ("Succeeded", "Failed")
 
     def pod_selector(self, ref: Any) -> str:
         return f"{JOB_NAME_LABEL}={ref}"
 
-    def pod_ranks(self, pods: Sequence[Pod], job: Mapping[str, Any] | None) -> list[PodRank]:
-        return [self._pod_rank(pod) for pod in pods]
-
-    def finished(self, job: Mapping[str, Any]) -> str | None:
-        return finished_condition(job, ("Succeeded", "Failed"))
-
-    def identity(self, ref: Any) -> str:
-        return str(ref)
-
-    def _pod_rank(self, pod: Pod) -> PodRank:
+    def pod_rank(self, pod: Pod) -> PodRank:
         nproc = procs_per_pod(pod)
         # torchrun pods (nprocPerNode set) carry the node rank in PET_NODE_RANK; plain pods
         # carry the global rank in RANK.

@@ -7,7 +7,6 @@ Other replicated jobs (dataset and model initializers) are not profiled.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from typing import Any
 
 from stepscope_operator.target_kinds.base import (
@@ -15,16 +14,15 @@ from stepscope_operator.target_kinds.base import (
     NODE_RANK_ENV,
     InvalidTarget,
     JobResource,
+    NamedJobTarget,
     Pod,
     PodRank,
     TargetKind,
     as_int,
     env,
-    finished_condition,
     label_or_annotation,
     labels_of,
     procs_per_pod,
-    read_permission,
 )
 from stepscope_operator.target_kinds.jobset import (
     JOB_INDEX_LABEL,
@@ -36,24 +34,15 @@ TRAINER_REPLICATED_JOB = "node"
 RESOURCE = JobResource("trainer.kubeflow.org", "v1alpha1", "trainjobs", "TrainJob")
 
 
-class TrainJobTarget:
+class TrainJobTarget(NamedJobTarget):
     kind = TargetKind.TRAIN_JOB
     resource = RESOURCE
-    permissions = (read_permission(RESOURCE),)
+    ended_conditions = ("Complete", "Failed")
 
     def pod_selector(self, ref: Any) -> str:
         return f"{JOBSET_NAME_LABEL}={ref},{REPLICATED_JOB_LABEL}={TRAINER_REPLICATED_JOB}"
 
-    def pod_ranks(self, pods: Sequence[Pod], job: Mapping[str, Any] | None) -> list[PodRank]:
-        return [self._pod_rank(pod) for pod in pods]
-
-    def finished(self, job: Mapping[str, Any]) -> str | None:
-        return finished_condition(job, ("Complete", "Failed"))
-
-    def identity(self, ref: Any) -> str:
-        return str(ref)
-
-    def _pod_rank(self, pod: Pod) -> PodRank:
+    def pod_rank(self, pod: Pod) -> PodRank:
         # The trainer node's env is the truth; the Job's completion index (a label, or an
         # annotation before Kubernetes 1.28), then the JobSet's job index, stand in for it.
         for value in (
