@@ -44,7 +44,7 @@ _BASE_TIME = re.compile(rb'"baseTimeNanoseconds"\s*:\s*(\d+)')
 
 
 @dataclass
-class RankArtifacts:
+class FinishedWindow:
     """What the trainer reported when its window ended."""
 
     rank: int
@@ -84,7 +84,7 @@ def _failed(code: FailureCode, message: str, request: CaptureRequest, **fields) 
 
 def publish_rank(
     request: CaptureRequest,
-    artifacts: RankArtifacts,
+    artifacts: FinishedWindow,
     samples: list,
     work_dir: Path,
 ) -> PublishResult:
@@ -128,7 +128,7 @@ def _upload(files: dict[str, Path], grants: RankGrants, result: PublishResult) -
         result.artifact_keys.append(grant.key)
 
 
-def _write_artifacts(request, artifacts: RankArtifacts, samples, work_dir: Path):
+def _write_artifacts(request, artifacts: FinishedWindow, samples, work_dir: Path):
     files: dict[str, Path] = {}
     base_ns = 0
     summary: CaptureSummary | None = None
@@ -177,7 +177,7 @@ def summarize(trace: Path, rank: int) -> tuple[RankSummary | None, str | None]:
 
 
 def step_summary(
-    artifacts: RankArtifacts, tier: Tier, trace_not_summarised: str | None = None
+    artifacts: FinishedWindow, tier: Tier, trace_not_summarised: str | None = None
 ) -> StepStatistics:
     """The steps tier's summary (and the fallback): step-time statistics only."""
     durations = [s["durationMs"] for s in artifacts.steps]

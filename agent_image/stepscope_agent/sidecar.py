@@ -29,7 +29,7 @@ from stepscope_agent import __version__, messages, settings
 from stepscope_agent.captures import Capture, CaptureBook
 from stepscope_agent.http_api import serve_http
 from stepscope_agent.nvml_sampling import NvmlSampler
-from stepscope_agent.publishing import RankArtifacts, publish_rank
+from stepscope_agent.publishing import FinishedWindow, publish_rank
 from stepscope_agent.registry import RankLink, RankRegistry
 from stepscope_agent.sidecar_settings import SettingsError, SidecarSettings
 
@@ -180,7 +180,7 @@ class Agent:
             return
         opened = self._windows_open.pop((capture_id, link.rank), time.time())
         samples = self.sampler.samples_between(opened - 0.2, time.time())
-        artifacts = RankArtifacts(
+        artifacts = FinishedWindow(
             rank=link.rank,
             pid=link.pid,
             first_step=message.first_step,
@@ -191,7 +191,7 @@ class Agent:
         )
         self._publisher.submit(self._publish, capture, artifacts, samples)
 
-    def _publish(self, capture: Capture, artifacts: RankArtifacts, samples: list) -> None:
+    def _publish(self, capture: Capture, artifacts: FinishedWindow, samples: list) -> None:
         request = capture.request
         work_dir = self.outbox / request.capture_id / f"rank-{artifacts.rank}.work"
         result = publish_rank(request, artifacts, samples, work_dir)

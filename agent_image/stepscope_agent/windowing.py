@@ -35,7 +35,9 @@ class StepJumped(RuntimeError):
 
 
 @dataclass
-class Window:
+class ProfilerWindow:
+    """One armed window of global steps on this rank, and its profiler while it records."""
+
     capture_id: str
     start: int
     steps: int
@@ -68,10 +70,10 @@ class WindowDriver:
         self._outbox = outbox
         self._rank = rank
         self._emit = emit
-        self.windows: dict[str, Window] = {}
+        self.windows: dict[str, ProfilerWindow] = {}
 
     def arm(self, command: messages.Arm, current_step: int) -> None:
-        window = Window(
+        window = ProfilerWindow(
             capture_id=command.capture_id,
             start=command.start_step,
             steps=command.steps,
@@ -113,7 +115,7 @@ class WindowDriver:
                     self._fail(window, FailureCode.CANCELLED, reason)
 
     def at_boundary(
-        self, ended: StepRecord | None, next_step: int, only: Window | None = None
+        self, ended: StepRecord | None, next_step: int, only: ProfilerWindow | None = None
     ) -> None:
         for window in [only] if only else list(self.windows.values()):
             try:
@@ -132,7 +134,7 @@ class WindowDriver:
                     reached_step=next_step,
                 )
 
-    def _advance(self, window: Window, ended: StepRecord | None, next_step: int) -> None:
+    def _advance(self, window: ProfilerWindow, ended: StepRecord | None, next_step: int) -> None:
         if window.started:
             if ended is None:
                 return
@@ -170,7 +172,7 @@ class WindowDriver:
                 window.step_annotation = _enter_step(next_step)
             self._emit(messages.WindowStarted(capture_id=window.capture_id, first_step=next_step))
 
-    def _finish(self, window: Window) -> None:
+    def _finish(self, window: ProfilerWindow) -> None:
         self.windows.pop(window.capture_id)
         trace_file = None
         stall_ms = None
@@ -199,7 +201,11 @@ class WindowDriver:
         )
 
     def _fail(
-        self, window: Window, code: FailureCode, message: str, reached_step: int | None = None
+        self,
+        window: ProfilerWindow,
+        code: FailureCode,
+        message: str,
+        reached_step: int | None = None,
     ) -> None:
         self._emit(
             messages.WindowFailed(
@@ -218,7 +224,7 @@ def _enter_step(step: int) -> record_function:
     return annotation
 
 
-def _close(window: Window) -> None:
+def _close(window: ProfilerWindow) -> None:
     """Stop a profiler that will not be exported; errors here change nothing for training."""
     with contextlib.suppress(Exception):
         if window.step_annotation is not None:
@@ -233,5 +239,5 @@ def _close(window: Window) -> None:
     window.profiler = None
 
 
-def _overlaps(a: Window, b: Window) -> bool:
+def _overlaps(a: ProfilerWindow, b: ProfilerWindow) -> bool:
     return a.start - a.warmup <= b.end and b.start - b.warmup <= a.end

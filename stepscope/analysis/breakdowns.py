@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 
-from stepscope.analysis.step_windows import Window
+from stepscope.analysis.step_windows import StepSpan
 from stepscope.analysis.summary_model import Breakdown, DeviceSplit
 from stepscope.analysis.timeline import IntervalStore, sum_by_window
 
@@ -86,10 +86,10 @@ class StepTotals:
     """Per-step time by slot, added to one chunk of intervals at a time."""
 
     def __init__(self) -> None:
-        self._by_window: dict[Window, list[float]] = {}
+        self._by_window: dict[StepSpan, list[float]] = {}
 
     def add(
-        self, chunk: IntervalStore, windows: list[Window], main_tid: object, gpu_mode: bool
+        self, chunk: IntervalStore, windows: list[StepSpan], main_tid: object, gpu_mode: bool
     ) -> None:
         categories = chunk.categories()
         if gpu_mode:
@@ -104,7 +104,7 @@ class StepTotals:
                 for slot, value in enumerate(row):
                     into[slot] += value
 
-    def rename(self, old: Window, new: Window) -> None:
+    def rename(self, old: StepSpan, new: StepSpan) -> None:
         """Move time summed under ``old`` (an open window) to ``new``."""
         row = self._by_window.pop(old, None)
         if row is not None:
@@ -112,7 +112,7 @@ class StepTotals:
             for slot, value in enumerate(row):
                 into[slot] += value
 
-    def breakdowns(self, windows: list[Window]) -> tuple[list[Breakdown], Breakdown, bool]:
+    def breakdowns(self, windows: list[StepSpan]) -> tuple[list[Breakdown], Breakdown, bool]:
         """One ``Breakdown`` per window, their sum, and whether every chunk's
         time landed in one of these windows (False if steps changed after a
         chunk was summed)."""

@@ -19,7 +19,7 @@ from stepscope.analysis.aggregates import Collectives, LaunchGaps, NameTable, Op
 from stepscope.analysis.breakdowns import DeviceTotals, StepTotals
 from stepscope.analysis.events import EventKind, TraceEvent
 from stepscope.analysis.reader import IJSON_BACKEND, TraceHeader, TraceReader, TraceReadError
-from stepscope.analysis.step_windows import Window, step_lookup, step_windows
+from stepscope.analysis.step_windows import StepSpan, step_lookup, step_windows
 from stepscope.analysis.summary_model import (
     MAX_STEP_RECORDS,
     Breakdown,
@@ -38,7 +38,7 @@ SHORT_OP_US = 10.0
 # freed while reading, which keeps memory flat in the trace's length.
 SEAL_MARGIN_US = 5_000_000.0
 SEAL_EVERY_EVENTS = 8192
-WHOLE_TRACE: Window = (-1, float("-inf"), float("inf"))
+WHOLE_TRACE: StepSpan = (-1, float("-inf"), float("inf"))
 # Names are at most MAX_NAME_CHARS long, so this cache stays under 32 MiB.
 ROLE_CACHE_SIZE = 8192
 # Unknown "<ph>:<cat>" kinds are counted for the summary's notes; a hostile trace
@@ -411,7 +411,7 @@ class RankSummaryBuilder:
             notes.append("partial trace: GPU activity, written last, may be missing")
         return device_kind, device_names
 
-    def _step_windows(self, notes: list[str]) -> tuple[list[Window], object]:
+    def _step_windows(self, notes: list[str]) -> tuple[list[StepSpan], object]:
         """The (step, start, end) windows and the main thread; the whole trace is one window
         (numbered -1) when the trace has no ProfilerStep annotations."""
         windows, main_tid, repeats = step_windows(self.steps)
@@ -443,7 +443,7 @@ class RankSummaryBuilder:
         return notes
 
     def _breakdowns(
-        self, windows: list[Window], main_tid: object, notes: list[str]
+        self, windows: list[StepSpan], main_tid: object, notes: list[str]
     ) -> tuple[list[Breakdown], Breakdown]:
         """Sum the intervals still held into each step's breakdown and the overall one."""
         self.step_totals.add(self.intervals, windows, main_tid, self._gpu_mode)
@@ -464,7 +464,7 @@ class RankSummaryBuilder:
         return breakdowns, overall
 
 
-def _step_records(windows: list[Window], breakdowns: list[Breakdown]) -> list[StepRecord]:
+def _step_records(windows: list[StepSpan], breakdowns: list[Breakdown]) -> list[StepRecord]:
     return [
         StepRecord(
             step=number,

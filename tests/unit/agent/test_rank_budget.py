@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from stepscope_agent.publishing import RankArtifacts, publish_rank
+from stepscope_agent.publishing import FinishedWindow, publish_rank
 
 from stepscope.api.agent import CaptureRequest, FailureCode, StepStatistics, Tier, TraceSummary
 
@@ -32,7 +32,7 @@ def test_over_budget_rank_fails_before_any_upload(tmp_path):
         {"ph": "X", "name": f"op{i}", "ts": i, "dur": 1, "pid": 1, "tid": 1} for i in range(500)
     ]
     trace.write_text(json.dumps({"baseTimeNanoseconds": 1, "traceEvents": events}))
-    artifacts = RankArtifacts(
+    artifacts = FinishedWindow(
         rank=0,
         pid=1,
         first_step=10,
@@ -71,7 +71,7 @@ def test_a_trace_that_cannot_be_summarised_falls_back_to_typed_step_statistics(t
     trace = tmp_path / "outbox" / "broken" / "rank-0.trace.json"
     trace.parent.mkdir(parents=True)
     trace.write_text('{"traceEvents": [ this is not json')
-    artifacts = RankArtifacts(
+    artifacts = FinishedWindow(
         rank=0,
         pid=1,
         first_step=10,
