@@ -128,8 +128,10 @@ class ArtifactAccess:
         prefix = session_prefix(self.settings.s3_prefix, namespace, name, uid)
         listed = await asyncio.to_thread(self.buckets.list_keys, prefix)
         seconds = self.settings.artifact_link_seconds
-        # Taken before signing, so the stated expiry is never later than the links' own.
-        expires_at = datetime.now(UTC) + timedelta(seconds=seconds)
+        # SigV4 dates a signature to the whole second (X-Amz-Date), and a link expires that
+        # many seconds after it. Taken before signing and truncated the same way, the stated
+        # expiry is never later than the links' own.
+        expires_at = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=seconds)
         links = [
             ArtifactLink(artifact=artifact, url=self._presign(key, seconds), bytes=size)
             for artifact, key, size in readable_artifacts(prefix, listed)
@@ -170,16 +172,24 @@ def register_artifact_access(
             f"STEPSCOPE_ARTIFACTS_TLS_DIR={tls_dir}: cannot serve tls.crt and tls.key ({exc})"
         ) from exc
     runner: list[web.AppRunner] = []
-    kopf.on.startup(registry=registry)(functools.partial(_serve, settings, certificate, runner))
-    kopf.on.cleanup(registry=registry)(functools.partial(_stop, certificate, runner))
+    # Keywords, not positions: kopf passes its own `settings` (and more) to every handler.
+    serve = functools.partial(
+        _serve, operator_settings=settings, certificate=certificate, runner=runner
+    )
+    kopf.on.startup(registry=registry)(serve)
+    kopf.on.cleanup(registry=registry)(
+        functools.partial(_stop, certificate=certificate, runner=runner)
+    )
 
 
 async def _serve(
-    settings: OperatorSettings,
+    *,
+    operator_settings: OperatorSettings,
     certificate: ServingCertificate,
     runner: list[web.AppRunner],
     **_: Any,
 ) -> None:
+    settings = operator_settings
     api_client = load_api_client()
     access = ArtifactAccess(
         settings=settings,
@@ -206,7 +216,7 @@ async def _serve(
     )
 
 
-async def _stop(certificate: ServingCertificate, runner: list[web.AppRunner], **_: Any) -> None:
+async def _stop(*, certificate: ServingCertificate, runner: list[web.AppRunner], **_: Any) -> None:
     await certificate.stop()
     for app_runner in runner:
         await app_runner.cleanup()
