@@ -24,7 +24,13 @@ from pathlib import Path
 import pytest
 from stepscope_dev.loopback_webhooks import serving_cert_dir
 from support import free_port, wait_for_port, wait_until
-from support.operator_helpers import OperatorProcess, get_session, operator_env, session_events
+from support.operator_helpers import (
+    OperatorProcess,
+    chart_operator_kubeconfig,
+    get_session,
+    operator_env,
+    session_events,
+)
 
 from stepscope.api.session_status import Reason
 from stepscope.artifact_reader import ArtifactReadError, fetch_links
@@ -95,9 +101,12 @@ def tenants(local_cluster, session_crds):
 def artifact_endpoint(local_cluster, session_crds, tmp_path):
     port = free_port()
     tls_dir = serving_cert_dir(local_cluster, "artifact-endpoint")
+    # The operator holds only what the chart grants it: the reviews must work with that.
+    kubeconfig = chart_operator_kubeconfig(local_cluster, tmp_path / "operator.kubeconfig")
     operator = OperatorProcess(
         operator_env(
             local_cluster,
+            KUBECONFIG=str(kubeconfig),
             STEPSCOPE_ARTIFACTS_PORT=str(port),
             STEPSCOPE_ARTIFACTS_ADDRESS="127.0.0.1",
             STEPSCOPE_ARTIFACTS_TLS_DIR=str(tls_dir),
@@ -110,7 +119,9 @@ def artifact_endpoint(local_cluster, session_crds, tmp_path):
     wait_for_port(port, 30)
     yield f"https://127.0.0.1:{port}", Path(local_cluster.root) / "pki" / "ca.crt"
     operator.stop()
-    print(operator.logs()[-6000:])
+    logs = operator.logs()
+    print(logs[-6000:])
+    assert "Forbidden" not in logs and " 403" not in logs, logs[-4000:]
 
 
 def _kubectl_plugin(local_cluster, args: list[str], token: str, ca: Path, url: str):
