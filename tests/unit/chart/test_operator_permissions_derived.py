@@ -135,9 +135,7 @@ def test_every_declared_permission_is_used(permission):
         direct_resources = {res for _, res, _ in direct}
         assert (
             base in kopf_resources or base in direct_resources or f'"{base}"' in operator_source()
-        ), (
-            f"nothing in stepscope_operator uses {permission.api_group}/{base}"
-        )
+        ), f"nothing in stepscope_operator uses {permission.api_group}/{base}"
     else:
         used = {(verb, res) for verb, res, _ in direct}
         assert all((verb, base) in used for verb in permission.verbs), (
