@@ -205,6 +205,9 @@ def test_only_the_sessions_readers_get_links(local_cluster, tenants, artifact_en
         "the report link to expire",
     )
     assert datetime.now(UTC) >= links.expires_at
+    assert {link.artifact: _status(link.url)[0] for link in links.links} == {
+        link.artifact: 403 for link in links.links
+    }
 
     # Both issued link sets are Events on A's session, naming the reader and the files;
     # the refusals wrote nothing to either session's history.
