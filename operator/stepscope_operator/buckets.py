@@ -102,3 +102,8 @@ def connect_buckets(settings: OperatorSettings) -> Buckets:
         presigner=_client(settings, settings.agent_s3_endpoint),
         bucket=settings.s3_bucket,
     )
+
+
+def connect_reader_presigner(settings: OperatorSettings) -> Any:
+    """A client that only signs artifact read links, for the endpoint users' machines reach."""
+    return _client(settings, settings.reader_s3_endpoint)

@@ -8,6 +8,7 @@ import logging
 import kopf
 
 from stepscope_operator import handlers  # noqa: F401  (registers the handlers with kopf)
+from stepscope_operator.artifact_access import register_artifact_access
 from stepscope_operator.settings import ENV, load_settings
 from stepscope_operator.webhook import load_webhook_settings, register_webhook
 
@@ -44,6 +45,8 @@ def main(argv: list[str] | None = None) -> None:
     if webhook.enabled:
         # The injection webhook is served by the same process (the chart's Deployment).
         register_webhook(webhook, settings.resolved_agent_token(), settings.agent_port)
+    if settings.artifacts_port is not None:
+        register_artifact_access(settings)
     namespaces = args.namespace or ([settings.watch_namespace] if settings.watch_namespace else [])
     kopf.run(
         standalone=not args.peering,

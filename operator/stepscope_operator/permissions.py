@@ -84,6 +84,21 @@ _OPERATOR_PERMISSIONS: tuple[Permission, ...] = (
         "cluster",
         "kopf scans CRDs to notice when served resources change (without it, only at start).",
     ),
+    Permission(
+        "authentication.k8s.io",
+        "tokenreviews",
+        ("create",),
+        "cluster",
+        "The artifact endpoint asks the API server whose bearer token a caller presents.",
+    ),
+    Permission(
+        "authorization.k8s.io",
+        "subjectaccessreviews",
+        ("create",),
+        "cluster",
+        "The artifact endpoint asks the API server whether that caller may get the session, "
+        "so artifact links follow the cluster's RBAC exactly.",
+    ),
 )
 
 

@@ -18,8 +18,17 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
+from stepscope import artifact_links
 from stepscope.api import agent as agent_wire
 from stepscope.api.session import MAX_RETENTION
 
@@ -54,6 +63,11 @@ ENV: dict[str, str] = {
     "max_bytes_per_rank": "STEPSCOPE_MAX_BYTES_PER_RANK",
     "max_concurrent_sessions": "STEPSCOPE_MAX_CONCURRENT_SESSIONS",
     "metrics_port": "STEPSCOPE_METRICS_PORT",
+    "artifacts_port": "STEPSCOPE_ARTIFACTS_PORT",
+    "artifacts_listen_address": "STEPSCOPE_ARTIFACTS_ADDRESS",
+    "artifacts_tls_dir": "STEPSCOPE_ARTIFACTS_TLS_DIR",
+    "artifact_link_seconds": "STEPSCOPE_ARTIFACT_LINK_SECONDS",
+    "s3_read_endpoint": "STEPSCOPE_S3_READ_ENDPOINT",
 }
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(d|h|m|s)")
@@ -250,12 +264,53 @@ class OperatorSettings(BaseModel):
         "regressions per schedule); unset serves none.",
     )
 
+    artifacts_port: int | None = Field(
+        None,
+        ge=1,
+        le=65535,
+        description="HTTPS port of the artifact endpoint, where a caller who may get a "
+        "ProfileSession trades a Kubernetes bearer token for links to its artifacts "
+        "(docs/security.md, Reading artifacts); unset serves none.",
+    )
+    artifacts_listen_address: str = Field(
+        "0.0.0.0",
+        description="Address the artifact endpoint binds; the chart's Service reaches it on the "
+        "pod IP, the local control plane uses 127.0.0.1.",
+    )
+    artifacts_tls_dir: Path | None = Field(
+        None,
+        description="Directory with tls.crt and tls.key for the artifact endpoint (the chart "
+        "mounts the webhook's serving pair). Required with artifacts_port: callers send bearer "
+        "tokens, which must never cross the network in clear text.",
+    )
+    artifact_link_seconds: int = Field(
+        300,
+        ge=artifact_links.MIN_LINK_SECONDS,
+        le=artifact_links.MAX_LINK_SECONDS,
+        description="Seconds a presigned artifact link works (at most an hour). A link is a "
+        "bearer grant that RBAC cannot revoke, so it is short: five minutes start a download "
+        "of even a large trace, and the command asks again when a link has expired.",
+    )
+    s3_read_endpoint: str | None = Field(
+        None,
+        description="S3 endpoint URL in the artifact links, as users' machines reach it; unset "
+        "means the same as s3_endpoint.",
+    )
+
     @field_validator("default_retention", mode="before")
     @classmethod
     def _duration(cls, value: Any) -> timedelta:
         return parse_duration(value, MAX_RETENTION)
 
-    @field_validator("watch_namespace", "s3_endpoint", "s3_agent_endpoint", mode="before")
+    @field_validator(
+        "watch_namespace",
+        "s3_endpoint",
+        "s3_agent_endpoint",
+        "s3_read_endpoint",
+        "artifacts_port",
+        "artifacts_tls_dir",
+        mode="before",
+    )
     @classmethod
     def _empty_is_unset(cls, value: Any) -> Any:
         return None if value == "" else value
@@ -279,9 +334,23 @@ class OperatorSettings(BaseModel):
             f"{ENV['agent_token']}; agents refuse requests without it"
         )
 
+    @model_validator(mode="after")
+    def _artifacts_need_tls(self) -> OperatorSettings:
+        if self.artifacts_port is not None and self.artifacts_tls_dir is None:
+            raise ValueError(
+                f"{ENV['artifacts_port']} is set but {ENV['artifacts_tls_dir']} is not: the "
+                "artifact endpoint receives bearer tokens and serves only HTTPS; point it at a "
+                "directory with tls.crt and tls.key"
+            )
+        return self
+
     @property
     def agent_s3_endpoint(self) -> str | None:
         return self.s3_agent_endpoint or self.s3_endpoint
+
+    @property
+    def reader_s3_endpoint(self) -> str | None:
+        return self.s3_read_endpoint or self.s3_endpoint
 
 
 class SettingsError(ValueError):
@@ -311,7 +380,7 @@ def load_settings(
     except ValidationError as exc:
         problems = []
         for error in exc.errors():
-            field = str(error["loc"][0]) if error["loc"] else "?"
+            field = str(error["loc"][0]) if error["loc"] else "settings"
             source = ENV.get(field, field)
             problems.append(f"{source}: {error['msg']}")
         raise SettingsError("invalid operator settings: " + "; ".join(problems)) from exc

@@ -89,6 +89,7 @@ class Reason(StrEnum):
     # After the end.
     RETENTION_ENDED = "RetentionEnded"
     ARTIFACTS_EXPIRED = "ArtifactsExpired"
+    ARTIFACT_LINKS_ISSUED = "ArtifactLinksIssued"
     OPERATOR_ERROR = "OperatorError"
     # Schedules.
     SCHEDULED = "Scheduled"

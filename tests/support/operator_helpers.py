@@ -4,15 +4,26 @@
 from __future__ import annotations
 
 import json
+import subprocess
+from pathlib import Path
 from typing import Any
 
+import yaml
 from stepscope_dev.operator_process import REPO_ROOT, OperatorProcess
 from stepscope_dev.operator_process import operator_env as _operator_env
 
-__all__ = ["MASTER_TOKEN", "REPO_ROOT", "OperatorProcess", "operator_env"]
+__all__ = [
+    "MASTER_TOKEN",
+    "RELEASE_NAMESPACE",
+    "REPO_ROOT",
+    "OperatorProcess",
+    "chart_operator_kubeconfig",
+    "operator_env",
+]
 
 # Agents accept only tokens derived from this one (agent_token_for_namespace).
 MASTER_TOKEN = "integration-master-token-0123456789abcdef"
+RELEASE_NAMESPACE = "stepscope-system"
 
 
 def operator_env(local_cluster, **extra: str) -> dict[str, str]:
@@ -50,3 +61,57 @@ def session_events(local_cluster, namespace: str, name: str) -> list[dict[str, A
     return sorted(
         json.loads(result.stdout)["items"], key=lambda e: e["metadata"]["creationTimestamp"]
     )
+
+
+def render_chart_rbac(local_cluster) -> list[dict[str, Any]]:
+    """The chart's RBAC and ServiceAccount, rendered by the real helm."""
+    rendered = subprocess.run(
+        [
+            str(local_cluster.bin_dir / "helm"),
+            "template",
+            "stepscope",
+            str(REPO_ROOT / "charts" / "stepscope"),
+            "--namespace",
+            RELEASE_NAMESPACE,
+            "--show-only",
+            "templates/rbac.yaml",
+            "--show-only",
+            "templates/serviceaccount.yaml",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout
+    return [doc for doc in yaml.safe_load_all(rendered) if doc]
+
+
+def chart_operator_kubeconfig(local_cluster, path: Path) -> Path:
+    """Apply the chart's RBAC and write a kubeconfig holding a real token of its
+    ServiceAccount, so an operator started with it has exactly the chart's permissions."""
+    local_cluster.kubectl("create", "namespace", RELEASE_NAMESPACE, check=False)
+    objects = render_chart_rbac(local_cluster)
+    local_cluster.kubectl(
+        "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects})
+    )
+    account = next(o for o in objects if o["kind"] == "ServiceAccount")["metadata"]["name"]
+    token = local_cluster.kubectl(
+        "create", "token", account, "-n", RELEASE_NAMESPACE, "--duration=1h"
+    ).stdout.strip()
+    admin = yaml.safe_load(local_cluster.kubeconfig.read_text())
+    cluster = admin["clusters"][0]
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [cluster],
+                "users": [{"name": account, "user": {"token": token}}],
+                "contexts": [
+                    {"name": "sa", "context": {"cluster": cluster["name"], "user": account}}
+                ],
+                "current-context": "sa",
+            }
+        )
+    )
+    return path

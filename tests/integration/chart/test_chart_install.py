@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import base64
 import json
+import ssl
 import textwrap
 import time
+import urllib.error
+import urllib.request
 
 import pytest
 import yaml
@@ -66,8 +69,10 @@ def release(local_cluster, tmp_path_factory):
         f"--from-literal=AWS_SECRET_ACCESS_KEY={cluster.s3_secret_key}",
     )
     webhook_port = free_port()
+    artifacts_port = free_port()
     values = {
         "operator": {"replicas": 0},
+        "artifacts": {"port": artifacts_port, "listenAddress": "127.0.0.1"},
         "webhook": {
             "url": f"https://127.0.0.1:{webhook_port}",
             "listenAddress": "127.0.0.1",
@@ -101,6 +106,7 @@ def release(local_cluster, tmp_path_factory):
         "cluster": cluster,
         "workdir": workdir,
         "webhook_port": webhook_port,
+        "artifacts_port": artifacts_port,
         "values_file": values_file,
         "install_output": installed.stdout,
         "operator": None,
@@ -382,6 +388,23 @@ def test_operator_ran_on_the_charts_permissions_alone(webhook_operator, release)
     cluster.kubectl("-n", "team-pod", "delete", "profilesession", "no-pods", "--timeout=60s")
     log = webhook_operator.log()
     assert "Forbidden" not in log and " 403" not in log, log
+
+
+def test_artifact_endpoint_serves_https_on_the_charts_certificate(webhook_operator, release):
+    """The chart wires the endpoint: its port, the webhook's serving pair, and refusals for a
+    caller without a token (the full RBAC path is tests/integration/operator/
+    test_artifact_access.py)."""
+    cluster = release["cluster"]
+    wait_for_port(release["artifacts_port"])
+    secret = get_json(cluster, "-n", NAMESPACE, "secret", f"{RELEASE}-webhook-tls")
+    context = ssl.create_default_context(cadata=base64.b64decode(secret["data"]["ca.crt"]).decode())
+    url = (
+        f"https://127.0.0.1:{release['artifacts_port']}/v1/namespaces/a/profilesessions/s/artifacts"
+    )
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(url, timeout=10, context=context)
+    assert refused.value.code == 401
+    assert b"no bearer token" in refused.value.read()
 
 
 def test_pods_are_created_unchanged_while_the_operator_is_down(webhook_operator, release):

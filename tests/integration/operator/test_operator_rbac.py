@@ -4,14 +4,12 @@ token for that account, the chart's rendered RBAC, and a session from create to 
 from __future__ import annotations
 
 import json
-import subprocess
 
 import pytest
-import yaml
 from support import wait_until
 from support.operator_helpers import (
-    REPO_ROOT,
     OperatorProcess,
+    chart_operator_kubeconfig,
     get_session,
     operator_env,
     session_phase,
@@ -19,64 +17,11 @@ from support.operator_helpers import (
 
 pytestmark = pytest.mark.integration
 
-RELEASE_NAMESPACE = "stepscope-system"
-
-
-def _render_rbac(local_cluster) -> list[dict]:
-    rendered = subprocess.run(
-        [
-            str(local_cluster.bin_dir / "helm"),
-            "template",
-            "stepscope",
-            str(REPO_ROOT / "charts" / "stepscope"),
-            "--namespace",
-            RELEASE_NAMESPACE,
-            "--show-only",
-            "templates/rbac.yaml",
-            "--show-only",
-            "templates/serviceaccount.yaml",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=120,
-    ).stdout
-    return [doc for doc in yaml.safe_load_all(rendered) if doc]
-
-
-def _token_kubeconfig(local_cluster, service_account: str, path) -> None:
-    token = local_cluster.kubectl(
-        "create", "token", service_account, "-n", RELEASE_NAMESPACE, "--duration=1h"
-    ).stdout.strip()
-    admin = yaml.safe_load(local_cluster.kubeconfig.read_text())
-    cluster = admin["clusters"][0]
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [cluster],
-                "users": [{"name": service_account, "user": {"token": token}}],
-                "contexts": [
-                    {"name": "sa", "context": {"cluster": cluster["name"], "user": service_account}}
-                ],
-                "current-context": "sa",
-            }
-        )
-    )
-
 
 def test_session_lifecycle_with_only_the_charts_permissions(
     local_cluster, session_crds, namespace, tmp_path
 ):
-    local_cluster.kubectl("create", "namespace", RELEASE_NAMESPACE, check=False)
-    objects = _render_rbac(local_cluster)
-    local_cluster.kubectl(
-        "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects})
-    )
-    account = next(o for o in objects if o["kind"] == "ServiceAccount")["metadata"]["name"]
-    kubeconfig = tmp_path / "operator.kubeconfig"
-    _token_kubeconfig(local_cluster, account, kubeconfig)
+    kubeconfig = chart_operator_kubeconfig(local_cluster, tmp_path / "operator.kubeconfig")
 
     operator = OperatorProcess(
         operator_env(local_cluster, KUBECONFIG=str(kubeconfig)),

@@ -1,0 +1,99 @@
+"""Who is calling, and may they read this session: a TokenReview and a SubjectAccessReview.
+
+The artifact endpoint makes no access decision of its own. The API server authenticates the
+caller's bearer token (TokenReview) and the cluster's authorizer answers whether that user may
+``get`` the ProfileSession (SubjectAccessReview), so artifact access is exactly RBAC, or
+whatever authorizer the cluster runs, with the groups and extra attributes the API server
+itself would use.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubernetes import client as k8s
+
+from stepscope.api.session import GROUP
+from stepscope_operator.kubeapi import SESSION_PLURAL
+
+
+@dataclass(frozen=True)
+class Caller:
+    """An authenticated user, as the API server's TokenReview describes them."""
+
+    username: str
+    uid: str = ""
+    groups: tuple[str, ...] = ()
+    extra: dict[str, list[str]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    allowed: bool
+    reason: str
+
+
+def session_get_review(caller: Caller, namespace: str, name: str) -> dict[str, Any]:
+    """The SubjectAccessReview asking whether `caller` may get the named session."""
+    return {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SubjectAccessReview",
+        "spec": {
+            "user": caller.username,
+            "uid": caller.uid,
+            "groups": list(caller.groups),
+            "extra": caller.extra,
+            "resourceAttributes": {
+                "group": GROUP,
+                "resource": SESSION_PLURAL,
+                "verb": "get",
+                "namespace": namespace,
+                "name": name,
+            },
+        },
+    }
+
+
+def caller_from_review(answer: dict[str, Any]) -> Caller | None:
+    """The caller a TokenReview answer names, or None when the token was not accepted."""
+    status = answer.get("status") or {}
+    user = status.get("user") or {}
+    if not status.get("authenticated") or not user.get("username"):
+        return None
+    return Caller(
+        username=user["username"],
+        uid=user.get("uid") or "",
+        groups=tuple(user.get("groups") or ()),
+        extra={k: list(v) for k, v in (user.get("extra") or {}).items()},
+    )
+
+
+class AccessReviews:
+    """TokenReviews and SubjectAccessReviews through the real API server, off the event loop."""
+
+    def __init__(self, api_client: k8s.ApiClient) -> None:
+        self._authentication = k8s.AuthenticationV1Api(api_client)
+        self._authorization = k8s.AuthorizationV1Api(api_client)
+
+    async def authenticate(self, token: str) -> Caller | None:
+        body = {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenReview",
+            "spec": {"token": token},
+        }
+        response = await asyncio.to_thread(
+            self._authentication.create_token_review, body, _preload_content=False
+        )
+        return caller_from_review(json.loads(response.data))
+
+    async def may_get_session(self, caller: Caller, namespace: str, name: str) -> Verdict:
+        response = await asyncio.to_thread(
+            self._authorization.create_subject_access_review,
+            session_get_review(caller, namespace, name),
+            _preload_content=False,
+        )
+        status = json.loads(response.data).get("status") or {}
+        return Verdict(bool(status.get("allowed")), status.get("reason") or "")

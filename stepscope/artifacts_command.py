@@ -1,0 +1,102 @@
+"""`stepscope artifacts SESSION`: links to a session's artifacts, opened or downloaded.
+
+Also reachable as ``kubectl stepscope artifacts ...`` through the ``kubectl-stepscope``
+entry point, which kubectl runs as a plugin. See `stepscope.artifact_reader` for where the
+token, the operator URL and its CA come from.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import webbrowser
+from pathlib import Path
+
+from stepscope.artifact_reader import (
+    OPERATOR_CA_ENV,
+    OPERATOR_URL_ENV,
+    TOKEN_ENV,
+    ArtifactReadError,
+    download_all,
+    fetch_links,
+    kubeconfig_user,
+)
+from stepscope.storage import SessionArtifact
+
+OPENABLE = {"report": SessionArtifact.REPORT.value, "trace": SessionArtifact.MERGED_TRACE.value}
+
+
+def add_artifacts_command(commands: argparse._SubParsersAction) -> None:
+    command = commands.add_parser(
+        "artifacts",
+        help="short-lived links to a ProfileSession's artifacts (needs get on the session)",
+    )
+    command.add_argument("session", help="name of the ProfileSession")
+    command.add_argument(
+        "-n", "--namespace", help="its namespace (default: the kubeconfig context's, or default)"
+    )
+    action = command.add_mutually_exclusive_group()
+    action.add_argument(
+        "--open", choices=sorted(OPENABLE), help="open one artifact's link in a browser"
+    )
+    action.add_argument(
+        "--download", type=Path, metavar="DIR", help="download every artifact into DIR"
+    )
+    command.add_argument(
+        "--operator-url",
+        default=os.environ.get(OPERATOR_URL_ENV),
+        help=f"https URL of the operator's artifact endpoint (default ${OPERATOR_URL_ENV})",
+    )
+    command.add_argument(
+        "--ca-file",
+        type=Path,
+        default=os.environ.get(OPERATOR_CA_ENV),
+        help=f"CA that signed the endpoint's certificate (default ${OPERATOR_CA_ENV}, else the "
+        "system trust store)",
+    )
+    command.add_argument(
+        "--token",
+        default=os.environ.get(TOKEN_ENV),
+        help=f"Kubernetes bearer token (default ${TOKEN_ENV}, else the kubeconfig user's token)",
+    )
+    command.set_defaults(handler=cmd_artifacts)
+
+
+def cmd_artifacts(args: argparse.Namespace) -> int:
+    try:
+        return _run(args)
+    except ArtifactReadError as error:
+        print(f"stepscope artifacts: {error}", file=sys.stderr)
+        return 1
+
+
+def _run(args: argparse.Namespace) -> int:
+    if not args.operator_url:
+        raise ArtifactReadError(
+            f"no operator URL: pass --operator-url or set {OPERATOR_URL_ENV} (docs/security.md, "
+            "Reading artifacts, says how your cluster exposes it)"
+        )
+    user = kubeconfig_user()
+    token = args.token or user.token
+    if not token:
+        raise ArtifactReadError(
+            f"no bearer token in the kubeconfig's current user: pass --token or set {TOKEN_ENV}"
+        )
+    namespace = args.namespace or user.namespace or "default"
+    links = fetch_links(args.operator_url, namespace, args.session, token, args.ca_file)
+    if args.open:
+        link = links.find(OPENABLE[args.open])
+        if link is None:
+            raise ArtifactReadError(f"session {namespace}/{args.session} has no {args.open} yet")
+        webbrowser.open(link.url)
+        print(link.url)
+        return 0
+    if args.download:
+        for path in download_all(links, args.download):
+            print(path)
+        return 0
+    print(f"{namespace}/{links.session}: links valid until {links.expires_at.isoformat()}")
+    for link in links.links:
+        print(f"{link.artifact:<28} {link.bytes:>12}  {link.url}")
+    return 0
