@@ -141,8 +141,9 @@ class CallVerifier:
 
     def _remember(self, nonce: str, refused_after: float, now: float) -> None:
         with self._lock:
-            # Entries are in arrival order and each lives one window, so expired ones are in
-            # front except for small clock steps; drop from the front until a live one.
+            # Entries are in arrival order and expire one window after their own timestamp,
+            # so the oldest arrivals expire first up to the skew the window allows; dropping
+            # from the front until a live entry keeps the memory to about one window's calls.
             while self._nonces and next(iter(self._nonces.values())) < now:
                 self._nonces.popitem(last=False)
             if nonce in self._nonces:
