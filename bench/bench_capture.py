@@ -27,7 +27,6 @@ import argparse
 import json
 import os
 import platform
-import secrets
 import socket
 import statistics
 import subprocess
@@ -35,12 +34,13 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from stepscope_dev.agent_calls import signed_call
 from stepscope_dev.net import free_port
+from stepscope_operator.call_signing import AgentKeyring
 
 REPO = Path(__file__).resolve().parent.parent
 WORKLOAD = REPO / "bench" / "capture_workload.py"
@@ -63,15 +63,22 @@ class _Sink(BaseHTTPRequestHandler):
 
 
 class Sidecar:
-    def __init__(self, work: Path) -> None:
-        self.dir, self.port, self.token = work / "agent", free_port(), secrets.token_hex(16)
+    """A real sidecar that trusts this run's keys and uploads only to the sink."""
+
+    NAMESPACE, POD = "bench", "bench-0"
+
+    def __init__(self, work: Path, sink: str) -> None:
+        self.dir, self.port, self.keyring = work / "agent", free_port(), AgentKeyring.generate()
         self.dir.mkdir(parents=True)
         env = dict(
             os.environ,
             STEPSCOPE_AGENT_DIR=str(self.dir),
-            STEPSCOPE_AGENT_TOKEN=self.token,
+            STEPSCOPE_AGENT_TRUSTED_KEYS=self.keyring.trusted_keys_text(),
+            STEPSCOPE_STORAGE_ENDPOINT=sink,
             STEPSCOPE_AGENT_HOST="127.0.0.1",
             STEPSCOPE_AGENT_PORT=str(self.port),
+            STEPSCOPE_POD_NAME=self.POD,
+            STEPSCOPE_POD_NAMESPACE=self.NAMESPACE,
             STEPSCOPE_AGENT_LOG_LEVEL="WARNING",
         )
         self.process = subprocess.Popen([sys.executable, "-m", "stepscope_agent.sidecar"], env=env)
@@ -84,14 +91,18 @@ class Sidecar:
         raise TimeoutError("sidecar did not start")
 
     def call(self, method: str, path: str, body: dict | None = None) -> dict:
-        request = urllib.request.Request(
-            f"http://127.0.0.1:{self.port}{path}",
-            data=json.dumps(body).encode() if body else None,
-            method=method,
-            headers={"Authorization": f"Bearer {self.token}"},
+        code, reply = signed_call(
+            f"127.0.0.1:{self.port}",
+            method,
+            path,
+            keyring=self.keyring,
+            namespace=self.NAMESPACE,
+            pod=self.POD,
+            body=body,
         )
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return json.load(response)
+        if code >= 400:
+            raise RuntimeError(f"{method} {path} -> {code}: {reply}")
+        return reply
 
     def stop(self) -> None:
         self.process.terminate()
@@ -141,7 +152,7 @@ def run_config(config: str, work: Path, sink: str) -> dict:
     if config == "plain-profiler":
         extra = ["--plain-profiler", str(START), str(STEPS)]
     elif config != "no-hook":
-        sidecar = Sidecar(work / config)
+        sidecar = Sidecar(work / config, sink)
         env.update(PYTHONPATH=str(HOOK_DIR), STEPSCOPE_AGENT_DIR=str(sidecar.dir))
     command = [
         sys.executable,

@@ -1,13 +1,13 @@
 """The sidecar's HTTP/JSON API (stepscope.api.agent, version v1) on the standard library.
 
-Every request needs the bearer token; the token is compared in constant time and never
-logged (request lines are logged without headers). The handler talks to the agent only
-through `AgentService`, so this module does not import the sidecar that serves it.
+Every request must be signed by the operator for this pod (`call_auth`); the body is read
+before the check because its hash is signed. Capture requests whose grants point anywhere but
+the configured storage endpoint are refused (`grant_endpoint`). The handler talks to the agent
+only through `AgentService`, so this module does not import the sidecar that serves it.
 """
 
 from __future__ import annotations
 
-import hmac
 import json
 import logging
 from http import HTTPStatus
@@ -24,7 +24,9 @@ from stepscope.api.agent import (
     CaptureStatus,
     ErrorBody,
 )
+from stepscope_agent.call_auth import CallRefused, CallVerifier, parse_trusted_keys
 from stepscope_agent.captures import CaptureConflict
+from stepscope_agent.grant_endpoint import ForeignGrantHost, check_grant_endpoints
 from stepscope_agent.sidecar_settings import SidecarSettings
 
 log = logging.getLogger(__name__)
@@ -49,13 +51,18 @@ class AgentService(Protocol):
 
 
 class AgentHttpServer(ThreadingHTTPServer):
-    """A threading HTTP server that knows the agent it serves and the expected token."""
+    """A threading HTTP server that knows the agent it serves and whose calls it accepts."""
 
     daemon_threads = True
 
-    def __init__(self, service: AgentService, config: SidecarSettings) -> None:
+    def __init__(
+        self, service: AgentService, config: SidecarSettings, verifier: CallVerifier | None = None
+    ) -> None:
         self.service = service
-        self.expected_authorization = f"Bearer {config.token}".encode()
+        self.storage_endpoint = config.storage_endpoint
+        self.verifier = verifier or CallVerifier(
+            parse_trusted_keys(config.trusted_keys), config.namespace, config.pod
+        )
         super().__init__((config.host, config.port), AgentRequestHandler)
 
 
@@ -64,7 +71,7 @@ class AgentRequestHandler(BaseHTTPRequestHandler):
     server_version = "stepscope-agent"
 
     def do_GET(self) -> None:
-        if not self._authorised():
+        if self._authorised_body() is None:
             return
         if self.path == STATUS_PATH:
             self._reply(HTTPStatus.OK, self.server.service.status().to_wire())
@@ -74,13 +81,19 @@ class AgentRequestHandler(BaseHTTPRequestHandler):
             self._error(HTTPStatus.NOT_FOUND, f"no such path {self.path}")
 
     def do_POST(self) -> None:
-        if not self._authorised():
+        body = self._authorised_body()
+        if body is None:
             return
         if self.path != CAPTURES_PATH:
             self._error(HTTPStatus.NOT_FOUND, f"POST goes to {CAPTURES_PATH}")
             return
-        request = self._read_capture_request()
+        request = self._capture_request(body)
         if request is None:
+            return
+        try:
+            check_grant_endpoints(request, self.server.storage_endpoint)
+        except ForeignGrantHost as error:
+            self._error(HTTPStatus.UNPROCESSABLE_ENTITY, str(error))
             return
         try:
             _, created = self.server.service.arm(request)
@@ -90,7 +103,7 @@ class AgentRequestHandler(BaseHTTPRequestHandler):
         self._reply_capture(request.capture_id, HTTPStatus.CREATED if created else HTTPStatus.OK)
 
     def do_DELETE(self) -> None:
-        if not self._authorised():
+        if self._authorised_body() is None:
             return
         capture_id = self._capture_id()
         if capture_id is None or self.server.service.cancel(capture_id) is None:
@@ -98,14 +111,30 @@ class AgentRequestHandler(BaseHTTPRequestHandler):
         else:
             self._reply_capture(capture_id)
 
-    def _read_capture_request(self) -> CaptureRequest | None:
-        """The validated body of a POST, or None after answering why it is refused."""
-        length = int(self.headers.get("Content-Length") or 0)
-        if length > MAX_BODY_BYTES:
-            self._error(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body over {MAX_BODY_BYTES} bytes")
-            return None
+    def _authorised_body(self) -> bytes | None:
+        """The request body once the call's signature is accepted; None after refusing it."""
         try:
-            return CaptureRequest.model_validate_json(self.rfile.read(length))
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            length = -1
+        if not 0 <= length <= MAX_BODY_BYTES:
+            self._error(
+                HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"Content-Length not in 0..{MAX_BODY_BYTES}"
+            )
+            return None
+        body = self.rfile.read(length)
+        try:
+            self.server.verifier.verify(self.command, self.path, body, self.headers)
+        except CallRefused as refused:
+            status = HTTPStatus.SERVICE_UNAVAILABLE if refused.busy else HTTPStatus.UNAUTHORIZED
+            self._error(status, f"call refused: {refused}")
+            return None
+        return body
+
+    def _capture_request(self, body: bytes) -> CaptureRequest | None:
+        """The validated body of a POST, or None after answering why it is refused."""
+        try:
+            return CaptureRequest.model_validate_json(body)
         except ValidationError as error:
             details = error.errors(include_url=False, include_context=False, include_input=False)
             fields = ", ".join(
@@ -129,13 +158,6 @@ class AgentRequestHandler(BaseHTTPRequestHandler):
             return self.path[len(prefix) :] or None
         return None
 
-    def _authorised(self) -> bool:
-        given = (self.headers.get("Authorization") or "").encode()
-        if hmac.compare_digest(given, self.server.expected_authorization):
-            return True
-        self._error(HTTPStatus.UNAUTHORIZED, "missing or wrong bearer token")
-        return False
-
     def _error(self, status: HTTPStatus, message: str, details=None) -> None:
         self._reply(status, ErrorBody(error=message, details=details).to_wire())
 
@@ -145,7 +167,7 @@ class AgentRequestHandler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         if status == HTTPStatus.UNAUTHORIZED:
-            self.send_header("WWW-Authenticate", "Bearer")
+            self.send_header("WWW-Authenticate", "Stepscope-Signature")
         self.end_headers()
         self.wfile.write(data)
 

@@ -8,8 +8,9 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from stepscope.api.agent import DEFAULT_PORT, PORT_ENV, TOKEN_ENV, TOKEN_FILE_ENV
+from stepscope.api.agent import DEFAULT_PORT, PORT_ENV, STORAGE_ENDPOINT_ENV, TRUSTED_KEYS_ENV
 from stepscope_agent import settings
+from stepscope_agent.grant_endpoint import StorageEndpoint, StorageEndpointError
 
 HOST_ENV = "STEPSCOPE_AGENT_HOST"
 POD_NAME_ENV = "STEPSCOPE_POD_NAME"
@@ -26,9 +27,16 @@ class SidecarSettings(BaseModel):
     agent_dir: Path = Field(description="Directory shared with the trainers (socket, outbox).")
     host: str = Field(default="0.0.0.0", description="Address the HTTP API listens on.")
     port: int = Field(default=DEFAULT_PORT, ge=1, le=65535)
-    token: str = Field(min_length=16, repr=False, description="Bearer token the operator sends.")
+    trusted_keys: str = Field(
+        min_length=1,
+        description="The operator's Ed25519 public keys (base64, comma-separated) whose "
+        "signatures this agent accepts.",
+    )
+    storage_endpoint: StorageEndpoint = Field(
+        description="The only storage endpoint upload grants may point at."
+    )
     pod: str
-    namespace: str | None = None
+    namespace: str = Field(description="This pod's namespace: calls must be signed for it.")
     node: str | None = None
     log_level: str = "INFO"
 
@@ -40,20 +48,28 @@ class SidecarSettings(BaseModel):
             raise SettingsError(
                 f"set {settings.AGENT_DIR_ENV} to the directory shared with the trainer"
             )
-        token = env.get(TOKEN_ENV)
-        if not token and env.get(TOKEN_FILE_ENV):
-            token = Path(env[TOKEN_FILE_ENV]).read_text().strip()
-        if not token:
-            raise SettingsError(
-                f"set {TOKEN_ENV} or {TOKEN_FILE_ENV}: the API refuses to run without a token"
-            )
+        # Each of these is required: without keys no call could be verified, without the
+        # namespace a call signed for any namespace's pod of the same name would pass, and
+        # without the endpoint uploads could be pointed anywhere.
+        for name, what in (
+            (TRUSTED_KEYS_ENV, "the operator's public keys (the webhook injects them)"),
+            (POD_NAMESPACE_ENV, "this pod's namespace (downward API metadata.namespace)"),
+            (STORAGE_ENDPOINT_ENV, "the storage endpoint grants must point at"),
+        ):
+            if not env.get(name):
+                raise SettingsError(f"set {name} to {what}: the API refuses to run without it")
+        try:
+            endpoint = StorageEndpoint.parse(env[STORAGE_ENDPOINT_ENV])
+        except StorageEndpointError as exc:
+            raise SettingsError(f"{STORAGE_ENDPOINT_ENV}: {exc}") from exc
         return cls(
             agent_dir=Path(directory),
             host=env.get(HOST_ENV, "0.0.0.0"),
             port=int(env.get(PORT_ENV, DEFAULT_PORT)),
-            token=token,
+            trusted_keys=env[TRUSTED_KEYS_ENV],
+            storage_endpoint=endpoint,
             pod=env.get(POD_NAME_ENV) or socket.gethostname(),
-            namespace=env.get(POD_NAMESPACE_ENV),
+            namespace=env[POD_NAMESPACE_ENV],
             node=env.get(NODE_NAME_ENV),
             log_level=env.get(LOG_LEVEL_ENV, "INFO"),
         )

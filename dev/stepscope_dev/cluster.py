@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from stepscope_dev import pki as pki_module
+from stepscope_dev.admission import write_admission_config
 from stepscope_dev.net import free_port
 from stepscope_dev.processes import pid_alive, start_process, stop_pid
 
@@ -221,6 +222,9 @@ def _start_etcd(cluster: LocalCluster, die_with_parent: bool) -> None:
 
 
 def _start_apiserver(cluster: LocalCluster, keys: pki_module.Pki, die_with_parent: bool) -> None:
+    admission_config = write_admission_config(
+        cluster.root, keys.webhook_client_cert, keys.webhook_client_key
+    )
     proc = start_process(
         [
             str(cluster.bin_dir / "kube-apiserver"),
@@ -232,6 +236,7 @@ def _start_apiserver(cluster: LocalCluster, keys: pki_module.Pki, die_with_paren
             f"--tls-private-key-file={keys.serving_key}",
             f"--client-ca-file={keys.ca_cert}",
             "--authorization-mode=RBAC",
+            f"--admission-control-config-file={admission_config}",
             f"--service-account-key-file={keys.service_account_pub}",
             f"--service-account-signing-key-file={keys.service_account_key}",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",

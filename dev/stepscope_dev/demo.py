@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import secrets
 import sys
 import time
 from pathlib import Path
 
-from stepscope_operator.agent_token import agent_token_for_namespace
+from stepscope_operator.call_signing import AgentKeyring
 
 from stepscope_dev import build
 from stepscope_dev.cluster import STATE_FILE, LocalCluster, start_cluster, stop_cluster
@@ -40,9 +39,9 @@ def say(message: str) -> None:
     print(f"==> {message}", flush=True)
 
 
-def _start_operator(cluster: LocalCluster, master_token: str) -> None:
+def _start_operator(cluster: LocalCluster, keyring: AgentKeyring) -> None:
     operator = OperatorProcess(
-        operator_env(cluster, master_token), cluster.logs_dir / "stepscope-operator.log"
+        operator_env(cluster, keyring), cluster.logs_dir / "stepscope-operator.log"
     )
     operator.start()
     cluster.pids["stepscope-operator"] = operator.pid
@@ -118,14 +117,12 @@ def run_demo(instance: Path, out_dir: Path, keep: bool, with_trainer: bool = Fal
             say("starting the JobSet and Kubeflow Trainer v2 controllers")
             start_trainer_controller(cluster)
         cluster.kubectl("apply", "--server-side", "-f", str(REPO_ROOT / "crds"))
-        master_token = secrets.token_hex(24)
+        keyring = AgentKeyring.generate()
         say("starting the stepscope operator")
-        _start_operator(cluster, master_token)
+        _start_operator(cluster, keyring)
 
         say("submitting the 4-rank CPU PyTorchJob ddp-demo")
-        submit_demo_job(
-            cluster, NAMESPACE, agent_token=agent_token_for_namespace(master_token, NAMESPACE)
-        )
+        submit_demo_job(cluster, NAMESPACE, trusted_keys=keyring.trusted_keys_text())
         wait_until(
             lambda: job_pods_running(cluster, NAMESPACE), 240, "the job's 4 pods to run", 1.0
         )

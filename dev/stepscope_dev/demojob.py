@@ -3,7 +3,8 @@
 The job is dev/demo/pytorchjob.yaml as written, with a few knobs tests need: fewer steps, extra
 trainer arguments (``--slow-rank 2`` makes rank 2 a straggler), another name, and a free master
 port, because torch's TCPStore listens on all interfaces and two jobs on one machine must not
-share a port. Its agents accept the token in the Secret ``stepscope-agent-token``.
+share a port. Its agents trust the operator public keys and the storage endpoint in the ConfigMap
+``stepscope-agent``.
 """
 
 from __future__ import annotations
@@ -22,8 +23,7 @@ from stepscope_dev.net import free_port
 DEMO_DIR = Path(__file__).resolve().parents[2] / "dev" / "demo"
 JOB_NAME = "ddp-demo"
 TRAINER_CONFIG_MAP = "ddp-demo-trainer"
-TOKEN_SECRET = "stepscope-agent-token"
-TOKEN_KEY = "token"
+AGENT_CONFIG_MAP = "stepscope-agent"
 NAMESPACE_READY_TIMEOUT_S = 60.0
 
 
@@ -54,9 +54,20 @@ def demo_job_manifest(
     return job
 
 
-def submit_demo_job(cluster: Any, namespace: str, *, agent_token: str, **knobs: Any) -> dict:
-    """Create the namespace if needed, the trainer ConfigMap, the agents' token Secret and the
-    job (``knobs`` as for ``demo_job_manifest``); returns the job manifest submitted."""
+def agent_config_map(namespace: str, trusted_keys: str, storage_endpoint: str) -> dict:
+    """The ConfigMap hand-added sidecars read their public settings from (see pytorchjob.yaml)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": AGENT_CONFIG_MAP, "namespace": namespace},
+        "data": {"trustedKeys": trusted_keys, "storageEndpoint": storage_endpoint},
+    }
+
+
+def submit_demo_job(cluster: Any, namespace: str, *, trusted_keys: str, **knobs: Any) -> dict:
+    """Create the namespace if needed, the trainer ConfigMap, the agents' ConfigMap (the
+    operator's public keys `trusted_keys` and the instance's S3 endpoint) and the job
+    (``knobs`` as for ``demo_job_manifest``); returns the job manifest submitted."""
     if cluster.kubectl("get", "namespace", namespace, check=False).returncode != 0:
         cluster.kubectl("create", "namespace", namespace)
     deadline = time.monotonic() + NAMESPACE_READY_TIMEOUT_S
@@ -79,13 +90,7 @@ def submit_demo_job(cluster: Any, namespace: str, *, agent_token: str, **knobs: 
             "metadata": {"name": TRAINER_CONFIG_MAP, "namespace": namespace},
             "data": {"train_ddp.py": (DEMO_DIR / "train_ddp.py").read_text()},
         },
-        {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "type": "Opaque",
-            "metadata": {"name": TOKEN_SECRET, "namespace": namespace},
-            "stringData": {TOKEN_KEY: agent_token},
-        },
+        agent_config_map(namespace, trusted_keys, cluster.s3_endpoint),
         {**job, "metadata": {**job["metadata"], "namespace": namespace}},
     ]
     cluster.kubectl(

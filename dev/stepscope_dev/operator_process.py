@@ -11,6 +11,9 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from stepscope_operator.call_signing import KEY_SUFFIX, AgentKeyring
+from stepscope_operator.settings import ENV as OPERATOR_ENV
+
 from stepscope_dev.cluster import free_port
 from stepscope_dev.processes import start_process
 
@@ -18,12 +21,24 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 LIVENESS_TIMEOUT_S = 60.0
 
 
-def operator_env(cluster: Any, master_token: str, **extra: str) -> dict[str, str]:
+def write_agent_keys(cluster: Any, keyring: AgentKeyring) -> Path:
+    """Put exactly `keyring`'s keys into the instance's signing key directory (what the chart's
+    Secret is in a cluster); returns the directory."""
+    directory = Path(cluster.root) / "agent-signing-keys"
+    directory.mkdir(parents=True, exist_ok=True)
+    for old in directory.glob(f"*{KEY_SUFFIX}"):
+        old.unlink()
+    keyring.write(directory)
+    return directory
+
+
+def operator_env(cluster: Any, keyring: AgentKeyring, **extra: str) -> dict[str, str]:
     """The caller's environment without any STEPSCOPE_/AWS_ setting, plus the cluster's S3
-    and API settings and the agent token: the operator sees this instance and nothing else."""
+    and API settings and the signing keys: the operator sees this instance and nothing else."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("STEPSCOPE_", "AWS_"))}
     env.update(cluster.env())
-    env.update(STEPSCOPE_AGENT_TOKEN=master_token, PYTHONUNBUFFERED="1")
+    env[OPERATOR_ENV["agent_signing_keys_dir"]] = str(write_agent_keys(cluster, keyring))
+    env.update(PYTHONUNBUFFERED="1")
     env.update(extra)
     return env
 

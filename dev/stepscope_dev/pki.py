@@ -33,6 +33,8 @@ class Pki:
     controller_manager_key: Path
     service_account_key: Path
     service_account_pub: Path
+    webhook_client_cert: Path
+    webhook_client_key: Path
 
 
 def _name(common_name: str, organization: str | None = None) -> x509.Name:
@@ -117,6 +119,8 @@ def create_pki(directory: Path) -> Pki:
                 "controller-manager.key",
                 "sa.key",
                 "sa.pub",
+                "apiserver-webhook-client.crt",
+                "apiserver-webhook-client.key",
             )
         )
     )
@@ -151,8 +155,11 @@ def create_pki(directory: Path) -> Pki:
     )
 
     # The admin is in system:masters, which RBAC always allows; the controller
-    # manager gets its own identity so its bootstrap RBAC roles apply.
+    # manager gets its own identity so its bootstrap RBAC roles apply. The API server
+    # presents the last one to admission webhooks (its AdmissionConfiguration), so a
+    # webhook that requires client certificates knows the call comes from the API server.
     for cert_path, key_path, subject in (
+        (pki.webhook_client_cert, pki.webhook_client_key, _name("kube-apiserver-webhook-client")),
         (pki.admin_cert, pki.admin_key, _name("stepscope-admin", "system:masters")),
         (
             pki.controller_manager_cert,

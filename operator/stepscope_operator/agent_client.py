@@ -4,6 +4,7 @@ a timeout, because one hung agent must never stall a whole session."""
 
 from __future__ import annotations
 
+import json
 from typing import Any, TypeVar
 
 import aiohttp
@@ -11,7 +12,7 @@ from pydantic import BaseModel, ValidationError
 
 from stepscope.analysis.trace_input import loads_bounded
 from stepscope.api import agent as wire
-from stepscope_operator.agent_token import agent_token_for_namespace
+from stepscope_operator.call_signing import AgentKeyring
 
 # Agents run in tenants' pods, so their replies are untrusted input to the shared
 # operator. The largest honest reply is a capture status carrying the summaries of every
@@ -34,24 +35,21 @@ class AgentError(Exception):
 
 
 class AgentClient:
-    """Calls the agents of one namespace, with that namespace's derived token."""
+    """Calls the agents of one namespace, each call signed for its namespace and pod."""
 
-    def __init__(self, session: aiohttp.ClientSession, token: str, port: int, timeout_s: float):
-        self._session = session
-        self._headers = {"Authorization": f"Bearer {token}"}
-        self._port = port
-        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
-
-    @classmethod
-    def for_namespace(
-        cls,
+    def __init__(
+        self,
         session: aiohttp.ClientSession,
-        master_token: str,
+        keyring: AgentKeyring,
         namespace: str,
         port: int,
         timeout_s: float,
-    ) -> AgentClient:
-        return cls(session, agent_token_for_namespace(master_token, namespace), port, timeout_s)
+    ):
+        self._session = session
+        self._keyring = keyring
+        self._namespace = namespace
+        self._port = port
+        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
 
     async def status(self, pod: str, ip: str) -> wire.AgentStatus:
         body = await self._call(pod, ip, "GET", wire.STATUS_PATH)
@@ -78,9 +76,14 @@ class AgentClient:
             raise AgentError(pod, "the pod has no IP address yet (not running?)")
         host = f"[{ip}]" if ":" in ip else ip
         url = f"http://{host}:{self._port}{path}"
+        # The signature covers these exact bytes, so they are serialised here, not by aiohttp.
+        data = b"" if body is None else json.dumps(body).encode()
+        headers = self._keyring.signed_headers(method, path, data, self._namespace, pod)
+        if body is not None:
+            headers["Content-Type"] = "application/json"
         try:
             async with self._session.request(
-                method, url, json=body, headers=self._headers, timeout=self._timeout
+                method, url, data=data or None, headers=headers, timeout=self._timeout
             ) as response:
                 payload = await _read_json(pod, f"{method} {path}", response)
                 if response.status >= 400:

@@ -5,7 +5,7 @@ contract lives here; tests/unit/webhook checks each name against the agent's own
 (``stepscope_agent.settings`` and ``sidecar_settings``) and agent_image/Dockerfile.
 """
 
-from stepscope.api.agent import PORT_ENV, TOKEN_ENV
+from stepscope.api.agent import PORT_ENV, STORAGE_ENDPOINT_ENV, TRUSTED_KEYS_ENV
 
 AGENT_CONTAINER_NAME = "stepscope-agent"
 HOOK_INSTALL_CONTAINER_NAME = "stepscope-hook-install"
@@ -31,7 +31,8 @@ container overwrite the copy instead of nesting a second one inside it."""
 
 # Read by the sidecar (stepscope_agent.sidecar_settings).
 ENV_AGENT_PORT = PORT_ENV
-ENV_AGENT_TOKEN = TOKEN_ENV
+ENV_TRUSTED_KEYS = TRUSTED_KEYS_ENV
+ENV_STORAGE_ENDPOINT = STORAGE_ENDPOINT_ENV
 ENV_AGENT_HOST = "STEPSCOPE_AGENT_HOST"
 """Set to the pod IP: the agent listens on the pod's own address, which is also what keeps two
 pods' agents apart on the local control plane, where every pod shares the machine's ports."""

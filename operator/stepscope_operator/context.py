@@ -31,16 +31,15 @@ class OperatorContext:
     kube: KubeApi
     http: aiohttp.ClientSession
     buckets: Buckets
-    master_token: str
 
     def now(self) -> datetime:
         return datetime.now(UTC)
 
     def agents(self, namespace: str) -> AgentClient:
-        """A client for the agents in `namespace`: they accept only that namespace's token."""
-        return AgentClient.for_namespace(
+        """A client for the agents in `namespace`, signing with the keys as they are now."""
+        return AgentClient(
             self.http,
-            self.master_token,
+            self.settings.agent_keyring(),
             namespace,
             self.settings.agent_port,
             self.settings.probe_timeout_seconds,

@@ -51,6 +51,8 @@ async def configure(
     # The sessions post their own story as Events; kopf's handler chatter would bury it.
     settings.posting.enabled = False
     operator_settings = load_settings()
+    # Fail at start, naming the variable, rather than at the first call to an agent.
+    operator_settings.agent_keyring()
     api_client = load_api_client()
     if operator_settings.metrics_port:
         serve_metrics(operator_settings.metrics_port)
@@ -61,7 +63,6 @@ async def configure(
         kube=KubeApi(api_client),
         http=http,
         buckets=connect_buckets(operator_settings),
-        master_token=operator_settings.resolved_agent_token(),
     )
     logger.info(
         "stepscope operator: bucket %s, prefix %s, watching %s",

@@ -35,10 +35,11 @@ from stepscope_operator.agent_contract import (
     ENV_AGENT_DIR,
     ENV_AGENT_HOST,
     ENV_AGENT_PORT,
-    ENV_AGENT_TOKEN,
     ENV_NAMESPACE,
     ENV_NODE_NAME,
     ENV_POD_NAME,
+    ENV_STORAGE_ENDPOINT,
+    ENV_TRUSTED_KEYS,
     ENV_USER_PYTHONPATH,
     HOOK_DIR,
     HOOK_INSTALL_COMMAND,
@@ -83,9 +84,13 @@ class InjectionSettings(BaseModel):
     agent_image: str = Field(description="Agent image reference, ideally pinned by digest.")
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
     agent_port: int = Field(9464, ge=1, le=65535, description="TCP port the sidecar serves on.")
-    agent_token: str = Field(
-        min_length=16,
-        description="The bearer token this pod's agent accepts (per namespace, agent_token.py).",
+    trusted_keys: str = Field(
+        min_length=1,
+        description="The operator's Ed25519 public keys the agent trusts (see call_signing.py); "
+        "public, so the patch carries nothing that lets its reader call an agent.",
+    )
+    storage_endpoint: str = Field(
+        min_length=1, description="The only storage endpoint the agent's upload grants may use."
     )
     agent_resources: dict[str, dict[str, str]] = Field(
         default_factory=lambda: dict(DEFAULT_AGENT_RESOURCES),
@@ -245,7 +250,8 @@ def _agent_sidecar(settings: InjectionSettings) -> dict[str, Any]:
         ],
         "env": [
             {"name": ENV_AGENT_PORT, "value": str(settings.agent_port)},
-            {"name": ENV_AGENT_TOKEN, "value": settings.agent_token},
+            {"name": ENV_TRUSTED_KEYS, "value": settings.trusted_keys},
+            {"name": ENV_STORAGE_ENDPOINT, "value": settings.storage_endpoint},
             {"name": ENV_AGENT_DIR, "value": SHARED_MOUNT_PATH},
             _field_env(ENV_AGENT_HOST, "status.podIP"),
             _field_env(ENV_POD_NAME, "metadata.name"),

@@ -41,10 +41,11 @@ def main(argv: list[str] | None = None) -> None:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     settings = load_settings()  # fail before connecting if the configuration is wrong
+    settings.agent_keyring()
     webhook = load_webhook_settings()
     if webhook.enabled:
         # The injection webhook is served by the same process (the chart's Deployment).
-        register_webhook(webhook, settings.resolved_agent_token(), settings.agent_port)
+        register_webhook(webhook, settings)
     if settings.artifacts_port is not None:
         register_artifact_access(settings)
     namespaces = args.namespace or ([settings.watch_namespace] if settings.watch_namespace else [])

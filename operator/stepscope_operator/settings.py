@@ -31,6 +31,7 @@ from pydantic import (
 from stepscope import artifact_links
 from stepscope.api import agent as agent_wire
 from stepscope.api.session import MAX_RETENTION
+from stepscope_operator.call_signing import AgentKeyring, KeyringError
 
 CONFIG_FILE_ENV = "STEPSCOPE_OPERATOR_CONFIG"
 
@@ -46,11 +47,9 @@ ENV: dict[str, str] = {
     "s3_access_key_id": "AWS_ACCESS_KEY_ID",
     "s3_secret_access_key": "AWS_SECRET_ACCESS_KEY",
     "default_retention": "STEPSCOPE_DEFAULT_RETENTION",
-    # The same names the agent reads (stepscope.api.agent). The operator's token is the
-    # master token; each namespace's agents accept a token derived from it (agent_token.py).
+    # The same name the agent reads (stepscope.api.agent).
     "agent_port": agent_wire.PORT_ENV,
-    "agent_token": agent_wire.TOKEN_ENV,
-    "agent_token_file": agent_wire.TOKEN_FILE_ENV,
+    "agent_signing_keys_dir": "STEPSCOPE_AGENT_SIGNING_KEYS_DIR",
     "probe_timeout_seconds": "STEPSCOPE_PROBE_TIMEOUT_SECONDS",
     "plan_margin_seconds": "STEPSCOPE_PLAN_MARGIN_SECONDS",
     "plan_min_steps": "STEPSCOPE_PLAN_MIN_STEPS",
@@ -176,15 +175,12 @@ class OperatorSettings(BaseModel):
         le=65535,
         description="TCP port of the agent sidecar in each training pod.",
     )
-    agent_token: SecretStr | None = Field(
+    agent_signing_keys_dir: Path | None = Field(
         None,
-        description="The operator's master token for agent requests. Each namespace's agents "
-        "accept only a "
-        "token derived from it (HMAC per namespace), so a pod's env never yields a token for "
-        "another namespace. Prefer agent_token_file (a mounted Secret).",
-    )
-    agent_token_file: Path | None = Field(
-        None, description="File holding the agent bearer token (read when agent_token is unset)."
+        description="Directory of Ed25519 private keys (*.pem) that sign every call to an "
+        "agent; the chart mounts a Secret only the operator can read. Agents get only the "
+        "public keys, so no secret reaches a pod. Two keys during a rotation (docs/install.md). "
+        "No default: an operator without keys could call no agent, so it refuses to start.",
     )
     probe_timeout_seconds: float = Field(
         5.0,
@@ -315,24 +311,18 @@ class OperatorSettings(BaseModel):
     def _empty_is_unset(cls, value: Any) -> Any:
         return None if value == "" else value
 
-    def resolved_agent_token(self) -> str:
-        """The agent token, from the setting or its file; a clear error when neither is set."""
-        if self.agent_token is not None:
-            return self.agent_token.get_secret_value()
-        if self.agent_token_file is not None:
-            try:
-                token = self.agent_token_file.read_text().strip()
-            except OSError as exc:
-                raise SettingsError(
-                    f"{ENV['agent_token_file']}={self.agent_token_file} cannot be read ({exc}); "
-                    "mount the agent token Secret there or set it to the right path"
-                ) from exc
-            if token:
-                return token
-        raise SettingsError(
-            f"no agent token: set {ENV['agent_token_file']} (a mounted Secret) or "
-            f"{ENV['agent_token']}; agents refuse requests without it"
-        )
+    def agent_keyring(self) -> AgentKeyring:
+        """The signing keys as they are now in their directory (read again on every call, so
+        a rotated Secret is used without a restart); a clear error when they are missing."""
+        if self.agent_signing_keys_dir is None:
+            raise SettingsError(
+                f"set {ENV['agent_signing_keys_dir']} to a directory of Ed25519 *.pem keys "
+                "(the chart mounts its signing key Secret); agents refuse unsigned calls"
+            )
+        try:
+            return AgentKeyring.load(self.agent_signing_keys_dir)
+        except KeyringError as exc:
+            raise SettingsError(f"{ENV['agent_signing_keys_dir']}: {exc}") from exc
 
     @model_validator(mode="after")
     def _artifacts_need_tls(self) -> OperatorSettings:
@@ -345,8 +335,15 @@ class OperatorSettings(BaseModel):
         return self
 
     @property
-    def agent_s3_endpoint(self) -> str | None:
-        return self.s3_agent_endpoint or self.s3_endpoint
+    def agent_s3_endpoint(self) -> str:
+        """The endpoint presigned URLs point at, which is also the only one agents accept.
+        Without a configured one it is AWS S3's regional endpoint, given to boto3 explicitly
+        so the URLs and the agents' check agree."""
+        return (
+            self.s3_agent_endpoint
+            or self.s3_endpoint
+            or f"https://s3.{self.s3_region}.amazonaws.com"
+        )
 
     @property
     def reader_s3_endpoint(self) -> str | None:

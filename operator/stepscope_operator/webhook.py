@@ -13,6 +13,13 @@ The chart registers two webhooks with one handler each, told apart by the URL pa
 labelled so. The API server evaluates the namespace selector, so the namespace handler knows the
 namespace opted in without reading it (and needs no permission to).
 
+The injected sidecar gets only public material: the operator's Ed25519 public keys (read from
+the key directory at each admission, so a rotated keyring reaches new pods at once) and the one
+storage endpoint its upload grants may use. A forged AdmissionReview therefore returns nothing
+that lets its sender call an agent. With ``client_ca_file`` set the server also demands a client
+certificate signed by that CA, which the API server presents when its admission configuration
+says so (docs/install.md), so nobody else reaches the handlers at all.
+
 Failure policy is ``Ignore``: when the operator is down, pods are created without the agent. A
 training job must never fail to start because its profiler is unavailable; the cost is that such a
 pod cannot be profiled until it is recreated. For the same reason a handler that cannot inject
@@ -33,7 +40,6 @@ import jsonpatch
 import kopf
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from stepscope_operator.agent_token import agent_token_for_namespace
 from stepscope_operator.injection import (
     DEFAULT_AGENT_RESOURCES,
     INJECT_LABEL,
@@ -41,7 +47,7 @@ from stepscope_operator.injection import (
     InjectionSettings,
     build_injection_patch,
 )
-from stepscope_operator.settings import SettingsError
+from stepscope_operator.settings import OperatorSettings, SettingsError
 from stepscope_operator.webhook_tls import NEVER_RESTART, ServingCertificate
 
 POD_LABEL_WEBHOOK = "inject-pod-label"
@@ -55,6 +61,7 @@ ENV: dict[str, str] = {
     "listen_address": "STEPSCOPE_WEBHOOK_ADDRESS",
     "port": "STEPSCOPE_WEBHOOK_PORT",
     "certificate_check_seconds": "STEPSCOPE_WEBHOOK_CERT_CHECK_SECONDS",
+    "client_ca_file": "STEPSCOPE_WEBHOOK_CLIENT_CA_FILE",
     "agent_image": "STEPSCOPE_AGENT_IMAGE",
     "agent_image_pull_policy": "STEPSCOPE_AGENT_IMAGE_PULL_POLICY",
     "agent_resources": "STEPSCOPE_AGENT_RESOURCES",
@@ -83,6 +90,13 @@ class WebhookSettings(BaseModel):
         description="Seconds between checks of tls.crt/tls.key for a renewed certificate, which "
         "new connections then get. The kubelet updates a mounted Secret within about a minute, "
         "so a renewal is served within a minute and this interval.",
+    )
+    client_ca_file: Path | None = Field(
+        None,
+        description="CA bundle that the API server's client certificate must verify against; "
+        "set, the server refuses any TLS connection without such a certificate. Unset accepts "
+        "every client (the default, because managed clusters often cannot give the API server "
+        "a client certificate); the NetworkPolicy and the public-only patch then carry the load.",
     )
     agent_image: str = Field(
         "ghcr.io/stepscope/stepscope-agent:0.1.0",
@@ -118,8 +132,7 @@ def load_webhook_settings(environ: Mapping[str, str] | None = None) -> WebhookSe
 
 def register_webhook(
     webhook: WebhookSettings,
-    master_token: str,
-    agent_port: int,
+    operator_settings: OperatorSettings,
     registry: kopf.OperatorRegistry | None = None,
 ) -> None:
     """Add the injection handlers and the HTTPS server to a kopf registry (the default one unless
@@ -134,6 +147,11 @@ def register_webhook(
             f"({exc}); "
             "mount the webhook Secret there or unset the variable"
         ) from exc
+    if webhook.client_ca_file is not None and not webhook.client_ca_file.is_file():
+        raise SettingsError(
+            f"{ENV['client_ca_file']}={webhook.client_ca_file} is not a file; mount the CA that "
+            "signs the API server's client certificate there, or unset the variable"
+        )
     kopf.on.startup(registry=registry)(functools.partial(_serve_admission, webhook, certificate))
     kopf.on.cleanup(registry=registry)(functools.partial(_stop_serving, certificate))
     for handler_id, opted_in_namespace in (
@@ -143,8 +161,7 @@ def register_webhook(
         handler = functools.partial(
             inject_agent,
             webhook_settings=webhook,
-            master_token=master_token,
-            agent_port=agent_port,
+            operator_settings=operator_settings,
             opted_in_namespace=opted_in_namespace,
         )
         kopf.on.mutate("v1", "pods", id=handler_id, operations=["CREATE"], registry=registry)(
@@ -153,7 +170,14 @@ def register_webhook(
 
 
 def webhook_server(webhook: WebhookSettings, certificate: ServingCertificate) -> kopf.WebhookServer:
-    """kopf's HTTPS server on `certificate`'s live context, which reloads renewed files itself."""
+    """kopf's HTTPS server on `certificate`'s live context, which reloads renewed files itself.
+    With a client CA, kopf loads it into that context and requires a client certificate."""
+    client_auth: dict[str, Any] = {}
+    if webhook.client_ca_file is not None:
+        client_auth = {
+            "verify_mode": ssl.CERT_REQUIRED,
+            "verify_cafile": str(webhook.client_ca_file),
+        }
     return kopf.WebhookServer(
         addr=webhook.listen_address,
         port=webhook.port,
@@ -163,6 +187,7 @@ def webhook_server(webhook: WebhookSettings, certificate: ServingCertificate) ->
         certfile=str(certificate.certfile),
         pkeyfile=str(certificate.keyfile),
         file_check_interval=NEVER_RESTART,
+        **client_auth,
     )
 
 
@@ -188,22 +213,21 @@ def inject_agent(
     logger: kopf.Logger,
     *,
     webhook_settings: WebhookSettings,
-    master_token: str,
-    agent_port: int,
+    operator_settings: OperatorSettings,
     opted_in_namespace: bool,
     **_: Any,
 ) -> None:
     """Add the agent to an opted-in pod being created. Never refuses a pod: a problem becomes a
     warning the user sees in ``kubectl`` output, and the pod is created as submitted."""
     pod = dict(body)
-    namespace = (pod.get("metadata") or {}).get("namespace") or ""
     try:
         settings = InjectionSettings(
             agent_image=webhook_settings.agent_image,
             image_pull_policy=webhook_settings.agent_image_pull_policy,
             agent_resources=webhook_settings.agent_resources,
-            agent_port=agent_port,
-            agent_token=agent_token_for_namespace(master_token, namespace),
+            agent_port=operator_settings.agent_port,
+            trusted_keys=operator_settings.agent_keyring().trusted_keys_text(),
+            storage_endpoint=operator_settings.agent_s3_endpoint,
         )
         namespace_labels = {INJECT_LABEL: "true"} if opted_in_namespace else {}
         ops = build_injection_patch(pod, namespace_labels, settings)

@@ -4,8 +4,11 @@ Both sides import these models: the sidecar validates what it receives and answe
 them, the operator builds requests and parses answers with them. The models carry nothing
 torch- or kopf-specific. On the wire every field is camelCase; in Python it is snake_case.
 
-Auth: every endpoint needs ``Authorization: Bearer <token>``; the token comes from the
-environment variable named by ``TOKEN_ENV`` or from the file named by ``TOKEN_FILE_ENV``.
+Auth: every call is signed by the operator (Ed25519, see ``canonical_call``): the headers carry
+a timestamp, a nonce, the namespace and pod the call is meant for, and one signature per
+operator key. An agent trusts the public keys named by ``TRUSTED_KEYS_ENV`` and accepts a call
+only for its own namespace and pod, within ``CLOCK_WINDOW_SECONDS`` of its clock, with a nonce it
+has not seen, and with a signature by one of those keys. No secret reaches the pod.
 
 Failures are codes (``FailureCode``, from stepscope/failures.py) with structured fields in
 ``CaptureFailure``; a rank's summary is one of two kinds (``CaptureSummary``, discriminated
@@ -15,6 +18,7 @@ sidecar socket messages are in stepscope_agent/messages.py (standard library onl
 
 from __future__ import annotations
 
+import hashlib
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
@@ -46,8 +50,28 @@ API_VERSION = "v1"
 # The sidecar's HTTP port unless STEPSCOPE_AGENT_PORT says otherwise.
 DEFAULT_PORT = 9464
 PORT_ENV = "STEPSCOPE_AGENT_PORT"
-TOKEN_ENV = "STEPSCOPE_AGENT_TOKEN"
-TOKEN_FILE_ENV = "STEPSCOPE_AGENT_TOKEN_FILE"
+# The operator's public keys an agent trusts: base64 of the raw 32-byte Ed25519 keys,
+# comma-separated (two during a key rotation).
+TRUSTED_KEYS_ENV = "STEPSCOPE_AGENT_TRUSTED_KEYS"
+# The only storage endpoint (scheme://host[:port]) an agent uploads to; grants elsewhere are
+# refused when the capture is armed.
+STORAGE_ENDPOINT_ENV = "STEPSCOPE_STORAGE_ENDPOINT"
+
+# The headers of a signed call. The signature header holds ``<key id>=<base64 signature>``
+# entries separated by commas, one per key the operator signs with.
+TIMESTAMP_HEADER = "X-Stepscope-Timestamp"
+NONCE_HEADER = "X-Stepscope-Nonce"
+TARGET_HEADER = "X-Stepscope-Target"
+SIGNATURE_HEADER = "X-Stepscope-Signature"
+# How far a call's timestamp may be from the agent's clock, either way. A minute absorbs clock
+# skew between nodes and a slow network; a captured call is useless after it, and the agent
+# only has to remember nonces for that long.
+CLOCK_WINDOW_SECONDS = 60
+# A nonce is 16 random bytes as 32 hex digits (the agent refuses anything else).
+NONCE_PATTERN = r"^[0-9a-f]{32}$"
+# More signatures than this in one header are refused unread (rotation needs two).
+MAX_SIGNATURES = 4
+CALL_SIGNATURE_CONTEXT = "stepscope-agent-call/v1"
 
 STATUS_PATH = f"/{API_VERSION}/status"
 CAPTURES_PATH = f"/{API_VERSION}/captures"
@@ -61,6 +85,36 @@ CAPTURE_ID_PATTERN = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 
 # The artifacts every rank uploads, in upload order; each one has its own grant.
 ARTIFACTS = ("trace", "counters", "steps", "summary")
+
+
+def canonical_call(
+    method: str,
+    path: str,
+    body: bytes,
+    timestamp: int,
+    nonce: str,
+    namespace: str,
+    pod: str,
+) -> bytes:
+    """The bytes an operator call's signature covers, one field per line.
+
+    The context string keeps a signature from meaning anything to another protocol; the body
+    enters as its SHA-256, so the agent hashes once what it reads anyway. Namespace and pod are
+    the call's target: an agent builds this from its own identity, so a call signed for any
+    other pod does not verify. No field may contain a newline, or two different calls could
+    share one form.
+    """
+    fields = (method.upper(), path, str(timestamp), nonce, namespace, pod)
+    if any("\n" in field for field in fields):
+        raise ValueError("a signed call's method, path, nonce, namespace and pod hold no newline")
+    digest = hashlib.sha256(body).hexdigest()
+    lines = (CALL_SIGNATURE_CONTEXT, fields[0], path, digest, *fields[2:])
+    return "\n".join(lines).encode()
+
+
+def key_id(public_key: bytes) -> str:
+    """The short name of an Ed25519 public key (raw 32 bytes) in the signature header."""
+    return hashlib.sha256(public_key).hexdigest()[:16]
 
 
 def capture_path(capture_id: str) -> str:

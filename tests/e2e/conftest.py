@@ -4,13 +4,14 @@ exactly as the injection webhook would add it."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from support.operator_helpers import REPO_ROOT, OperatorProcess, operator_env
+from support.operator_helpers import AGENT_KEYRING, REPO_ROOT, OperatorProcess, operator_env
 
 
 @pytest.fixture(scope="session")
@@ -35,8 +36,12 @@ def e2e_cluster(local_cluster) -> Iterator[Any]:
 
 @pytest.fixture
 def namespace(e2e_cluster) -> Iterator[str]:
+    from stepscope_dev.demojob import agent_config_map
+
     name = f"e2e-{uuid.uuid4().hex[:6]}"
     e2e_cluster.kubectl("create", "namespace", name)
+    config_map = agent_config_map(name, AGENT_KEYRING.trusted_keys_text(), e2e_cluster.s3_endpoint)
+    e2e_cluster.kubectl("apply", "-f", "-", input=json.dumps(config_map))
     yield name
     e2e_cluster.kubectl("delete", "pytorchjobs", "--all", "-n", name, "--wait=false", check=False)
     e2e_cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)

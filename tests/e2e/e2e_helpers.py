@@ -10,12 +10,15 @@ from pathlib import Path
 from typing import Any
 
 import jsonpatch
-from stepscope_operator.agent_contract import IMAGE_HOOK_DIR
-from stepscope_operator.agent_token import agent_token_for_namespace
+from stepscope_dev.demojob import AGENT_CONFIG_MAP
+from stepscope_operator.agent_contract import (
+    ENV_STORAGE_ENDPOINT,
+    ENV_TRUSTED_KEYS,
+    IMAGE_HOOK_DIR,
+)
 from stepscope_operator.injection import INJECT_LABEL, InjectionSettings, build_injection_patch
 from stepscope_operator.target_kinds.pytorchjob import JOB_NAME_LABEL as PYTORCHJOB_NAME_LABEL
 from support import free_port
-from support.operator_helpers import MASTER_TOKEN
 
 from stepscope.api.agent import DEFAULT_PORT
 
@@ -46,13 +49,22 @@ def pod_template(
             ]
         },
     }
+    # The keys and the endpoint come from the namespace's agent ConfigMap (the e2e namespace
+    # fixture creates it), as for a hand-added sidecar: the pod is built before the cluster.
     settings = InjectionSettings(
         agent_image="stepscope-agent:local",
         agent_port=agent_port,
-        agent_token=agent_token_for_namespace(MASTER_TOKEN, namespace),
+        trusted_keys="from-config-map",
+        storage_endpoint="from-config-map",
     )
     injected = jsonpatch.apply_patch(pod, build_injection_patch(pod, {}, settings))
     for container in injected["spec"]["initContainers"]:
+        for env in container.get("env", []):
+            key = {ENV_TRUSTED_KEYS: "trustedKeys", ENV_STORAGE_ENDPOINT: "storageEndpoint"}
+            if env["name"] in key:
+                env.pop("value")
+                ref = {"name": AGENT_CONFIG_MAP, "key": key[env["name"]]}
+                env["valueFrom"] = {"configMapKeyRef": ref}
         if container["name"] == "stepscope-hook-install":
             # No image filesystem here: the image's hook directory is the repository's copy.
             container["command"] = [

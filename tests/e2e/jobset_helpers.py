@@ -45,12 +45,18 @@ NAMESPACE_WEBHOOK = Webhook(
 )
 
 
-def start_injecting_operator(cluster: Any, workdir: Path) -> OperatorProcess:
-    port = free_port()
+def start_injecting_operator(
+    cluster: Any, workdir: Path, port: int | None = None
+) -> OperatorProcess:
+    """The operator serving its webhook on 127.0.0.1:`port`, registered by URL. Like a chart
+    with webhook.clientCA, it requires the client certificate the API server presents (the
+    local control plane's AdmissionConfiguration), so only the API server gets an answer."""
+    port = port or free_port()
     env = operator_env(
         cluster,
         **{
             WEBHOOK_ENV["tls_dir"]: str(serving_cert_dir(cluster, WEBHOOK_COMPONENT)),
+            WEBHOOK_ENV["client_ca_file"]: str(Path(cluster.root) / "pki" / "ca.crt"),
             WEBHOOK_ENV["listen_address"]: "127.0.0.1",
             WEBHOOK_ENV["port"]: str(port),
             WEBHOOK_ENV["agent_image"]: "stepscope-agent:local",

@@ -4,26 +4,32 @@ removes the session's objects from S3 (the finalizer)."""
 from __future__ import annotations
 
 import json
-import urllib.request
 
 import pytest
 from e2e_helpers import AGENT_PORT, apply, profile_session, pytorchjob, running_pods
-from stepscope_operator.agent_token import agent_token_for_namespace
+from stepscope_dev.agent_calls import signed_call
 from stepscope_operator.arming import capture_id_for
 from stepscope_operator.target_kinds.pytorchjob import JOB_NAME_LABEL as PYTORCHJOB_NAME_LABEL
 from support import wait_until
-from support.operator_helpers import MASTER_TOKEN, get_session, session_phase
+from support.operator_helpers import AGENT_KEYRING, get_session, session_phase
+
+from stepscope.api.agent import capture_path
 
 pytestmark = pytest.mark.e2e
 
 
-def _capture_state(ip: str, capture_id: str, token: str) -> str:
-    request = urllib.request.Request(
-        f"http://{ip}:{AGENT_PORT}/v1/captures/{capture_id}",
-        headers={"Authorization": f"Bearer {token}"},
+def _capture_state(pod: dict, capture_id: str) -> str:
+    code, body = signed_call(
+        f"{pod['status']['podIP']}:{AGENT_PORT}",
+        "GET",
+        capture_path(capture_id),
+        keyring=AGENT_KEYRING,
+        namespace=pod["metadata"]["namespace"],
+        pod=pod["metadata"]["name"],
+        timeout=5,
     )
-    with urllib.request.urlopen(request, timeout=5) as response:
-        return json.load(response)["state"]
+    assert code == 200, body
+    return body["state"]
 
 
 def test_delete_while_armed_cancels_every_capture(e2e_cluster, namespace, operator_process):
@@ -51,9 +57,7 @@ def test_delete_while_armed_cancels_every_capture(e2e_cluster, namespace, operat
             "get", "pods", "-n", namespace, "-l", f"{PYTORCHJOB_NAME_LABEL}=del", "-o", "json"
         ).stdout
     )["items"]
-    ips = [p["status"]["podIP"] for p in pods]
-    token = agent_token_for_namespace(MASTER_TOKEN, namespace)
-    assert {_capture_state(ip, capture_id, token) for ip in ips} == {"armed"}
+    assert {_capture_state(pod, capture_id) for pod in pods} == {"armed"}
     prefix = (
         body["status"]["artifacts"]["uri"].split("/", 3)[3]
         if body["status"].get("artifacts")
@@ -66,5 +70,5 @@ def test_delete_while_armed_cancels_every_capture(e2e_cluster, namespace, operat
     )  # plan.json
 
     cluster.kubectl("delete", "profilesession", "del-profile", "-n", namespace, "--timeout=60s")
-    assert {_capture_state(ip, capture_id, token) for ip in ips} == {"cancelled"}
+    assert {_capture_state(pod, capture_id) for pod in pods} == {"cancelled"}
     assert s3.list_objects_v2(Bucket=cluster.s3_bucket, Prefix=prefix).get("KeyCount", 0) == 0

@@ -11,9 +11,10 @@ from typing import Any
 import yaml
 from stepscope_dev.operator_process import REPO_ROOT, OperatorProcess
 from stepscope_dev.operator_process import operator_env as _operator_env
+from stepscope_operator.call_signing import AgentKeyring
 
 __all__ = [
-    "MASTER_TOKEN",
+    "AGENT_KEYRING",
     "RELEASE_NAMESPACE",
     "REPO_ROOT",
     "OperatorProcess",
@@ -21,15 +22,16 @@ __all__ = [
     "operator_env",
 ]
 
-# Agents accept only tokens derived from this one (agent_token_for_namespace).
-MASTER_TOKEN = "integration-master-token-0123456789abcdef"
+# The operator processes of a test run sign with this keyring; pods the tests build trust
+# its public keys (AGENT_KEYRING.trusted_keys_text()).
+AGENT_KEYRING = AgentKeyring.generate()
 RELEASE_NAMESPACE = "stepscope-system"
 
 
 def operator_env(local_cluster, **extra: str) -> dict[str, str]:
     return _operator_env(
         local_cluster,
-        MASTER_TOKEN,
+        AGENT_KEYRING,
         STEPSCOPE_POLL_INTERVAL_SECONDS="0.5",
         STEPSCOPE_PROBE_TIMEOUT_SECONDS="2",
         **extra,

@@ -57,8 +57,8 @@ app.kubernetes.io/component: operator
 {{- include "stepscope.image" (merge (dict "appVersion" .Chart.AppVersion) .Values.agent.image) -}}
 {{- end -}}
 
-{{- define "stepscope.agentTokenSecretName" -}}
-{{- default (printf "%s-agent-token" (include "stepscope.fullname" .)) .Values.agent.token.existingSecret -}}
+{{- define "stepscope.agentSigningKeysSecretName" -}}
+{{- default (printf "%s-agent-signing-keys" (include "stepscope.fullname" .)) .Values.agent.signingKeys.existingSecret -}}
 {{- end -}}
 
 {{- define "stepscope.webhookTLSSecretName" -}}

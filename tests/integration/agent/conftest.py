@@ -4,7 +4,6 @@ the agent only ever sees URLs)."""
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import signal
@@ -12,13 +11,15 @@ import subprocess
 import sys
 import time
 import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from stepscope_dev.agent_calls import signed_call
+from stepscope_operator.call_signing import AgentKeyring
 from support import free_port
+from support.operator_helpers import AGENT_KEYRING
 
 from stepscope.api.agent import ARTIFACTS, capture_path
 from stepscope.storage import RankArtifact, rank_key, session_prefix
@@ -37,22 +38,31 @@ ARTIFACT_FILES = {
 
 @dataclass
 class Sidecar:
-    """One pod's sidecar process on loopback."""
+    """One pod's sidecar process on loopback: pod `agent_dir.name` in `namespace`, trusting
+    the public keys of `trusted` and uploading only to `storage_endpoint`."""
 
     agent_dir: Path
     port: int
-    token: str
     log_path: Path
+    namespace: str
+    storage_endpoint: str
+    trusted: AgentKeyring = AGENT_KEYRING
     process: subprocess.Popen | None = None
+
+    @property
+    def pod(self) -> str:
+        return self.agent_dir.name
 
     def start(self) -> Sidecar:
         env = dict(
             os.environ,
             STEPSCOPE_AGENT_DIR=str(self.agent_dir),
-            STEPSCOPE_AGENT_TOKEN=self.token,
+            STEPSCOPE_AGENT_TRUSTED_KEYS=self.trusted.trusted_keys_text(),
+            STEPSCOPE_STORAGE_ENDPOINT=self.storage_endpoint,
             STEPSCOPE_AGENT_HOST="127.0.0.1",
             STEPSCOPE_AGENT_PORT=str(self.port),
-            STEPSCOPE_POD_NAME=self.agent_dir.name,
+            STEPSCOPE_POD_NAME=self.pod,
+            STEPSCOPE_POD_NAMESPACE=self.namespace,
         )
         self.log = self.log_path.open("ab")
         self.process = subprocess.Popen(
@@ -71,19 +81,33 @@ class Sidecar:
                 time.sleep(0.2)
         raise TimeoutError(f"sidecar did not answer: {self.log_path.read_text()}")
 
-    def call(self, method: str, path: str, body: dict | None = None, token: str | None = None):
-        """(status code, JSON body) of one API call."""
-        request = urllib.request.Request(
-            f"http://127.0.0.1:{self.port}{path}",
-            data=json.dumps(body).encode() if body is not None else None,
-            method=method,
-            headers={"Authorization": f"Bearer {self.token if token is None else token}"},
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def call(
+        self,
+        method: str,
+        path: str,
+        body: dict | None = None,
+        *,
+        keyring: AgentKeyring = AGENT_KEYRING,
+        namespace: str | None = None,
+        pod: str | None = None,
+        headers: dict[str, str] | None = None,
+    ):
+        """(status code, JSON body) of one API call, signed as the operator signs it: by
+        `keyring`, for this sidecar's namespace and pod unless others are given."""
+        return signed_call(
+            self.address,
+            method,
+            path,
+            keyring=keyring,
+            namespace=namespace or self.namespace,
+            pod=pod or self.pod,
+            body=body,
+            headers=headers,
         )
-        try:
-            with urllib.request.urlopen(request, timeout=10) as response:
-                return response.status, json.load(response)
-        except urllib.error.HTTPError as error:
-            return error.code, json.load(error)
 
     def status(self) -> dict:
         code, body = self.call("GET", "/v1/status")
@@ -130,13 +154,26 @@ class Sidecar:
 
 
 @pytest.fixture
-def start_sidecar(tmp_path):
+def start_sidecar(tmp_path, local_cluster):
     started: list[Sidecar] = []
 
-    def start(name: str = "pod-0") -> Sidecar:
+    def start(
+        name: str = "pod-0",
+        *,
+        namespace: str = "team-a",
+        trusted: AgentKeyring = AGENT_KEYRING,
+        storage_endpoint: str | None = None,
+    ) -> Sidecar:
         directory = tmp_path / name
         directory.mkdir()
-        sidecar = Sidecar(directory, free_port(), secrets.token_hex(16), tmp_path / f"{name}.log")
+        sidecar = Sidecar(
+            directory,
+            free_port(),
+            tmp_path / f"{name}.log",
+            namespace,
+            storage_endpoint or local_cluster.s3_endpoint,
+            trusted,
+        )
         started.append(sidecar.start())
         return sidecar
 

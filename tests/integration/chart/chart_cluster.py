@@ -7,12 +7,14 @@ import base64
 import json
 import subprocess
 import sys
-import urllib.request
 from pathlib import Path
 
+from stepscope_dev.agent_calls import signed_call
 from stepscope_operator.agent_contract import AGENT_CONTAINER_NAME
+from stepscope_operator.call_signing import AgentKeyring
 from support import wait_until
 
+from stepscope.api.agent import STATUS_PATH
 from stepscope.api.crds import KINDS
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -173,9 +175,17 @@ def is_mutated(pod: dict) -> bool:
     return AGENT_CONTAINER_NAME in names
 
 
-def master_token(cluster) -> str:
-    secret = get_json(cluster, "-n", NAMESPACE, "secret", f"{RELEASE}-agent-token")
-    return base64.b64decode(secret["data"]["token"]).decode()
+SIGNING_KEYS_SECRET = f"{RELEASE}-agent-signing-keys"
+
+
+def operator_keyring(cluster, directory: Path) -> AgentKeyring:
+    """The keys of the chart's signing key Secret (read as the admin; the tests sign with them
+    the way the chart's operator does)."""
+    secret = get_json(cluster, "-n", NAMESPACE, "secret", SIGNING_KEYS_SECRET)
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, value in secret["data"].items():
+        (directory / name).write_bytes(base64.b64decode(value))
+    return AgentKeyring.load(directory)
 
 
 TRAINING_LOOP = """
@@ -191,11 +201,17 @@ while True:
 """
 
 
-def agent_status(pod: dict, token: str) -> dict | None:
-    url = f"http://{pod['status']['podIP']}:9464/v1/status"
-    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
+def agent_status(pod: dict, keyring: AgentKeyring) -> dict | None:
     try:
-        with urllib.request.urlopen(request, timeout=3) as response:
-            return json.loads(response.read())
+        code, body = signed_call(
+            f"{pod['status']['podIP']}:9464",
+            "GET",
+            STATUS_PATH,
+            keyring=keyring,
+            namespace=pod["metadata"]["namespace"],
+            pod=pod["metadata"]["name"],
+            timeout=3,
+        )
     except OSError:
         return None
+    return body if code == 200 else None

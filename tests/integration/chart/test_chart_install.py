@@ -5,7 +5,7 @@ webhook in URL mode); the chart's service account can do exactly what the operat
 the operator (`stepscope-operator`, run with the Deployment's environment, Secret files and a
 token of that service account) serves the webhook and the API server calls it: opted-in pods
 come back mutated, others unchanged, injected pods pass "restricted" Pod Security admission;
-with the operator stopped pods are still created; `helm upgrade` keeps the token, certificate
+with the operator stopped pods are still created; `helm upgrade` keeps the signing keys, certificate
 and settings; `helm uninstall` leaves only the CRDs.
 """
 
@@ -29,6 +29,7 @@ from chart_cluster import (
     OPERATOR_COMMAND,
     RELEASE,
     S3_SECRET,
+    SIGNING_KEYS_SECRET,
     TRAINING_LOOP,
     adopt_existing_crds,
     agent_status,
@@ -38,14 +39,13 @@ from chart_cluster import (
     get_json,
     helm,
     is_mutated,
-    master_token,
+    operator_keyring,
     trainer_pod,
 )
 from chart_operator_process import start_chart_operator
 from cryptography import x509
 from stepscope_dev.podrunner import start_podrunner
 from stepscope_operator.agent_contract import AGENT_CONTAINER_NAME, HOOK_DIR
-from stepscope_operator.agent_token import agent_token_for_namespace
 from stepscope_operator.injection import INJECT_LABEL, INJECTED_LABEL
 from stepscope_operator.permissions import REQUIRED_PERMISSIONS
 from support import free_port, wait_for_port, wait_until
@@ -233,8 +233,11 @@ def test_opted_in_pod_comes_back_with_the_agent_and_its_command_untouched(
     sidecar = next(c for c in pod["spec"]["initContainers"] if c["name"] == AGENT_CONTAINER_NAME)
     assert sidecar["image"] == "stepscope-agent:it"
     assert sidecar["restartPolicy"] == "Always"
-    token = {e["name"]: e.get("value") for e in sidecar["env"]}["STEPSCOPE_AGENT_TOKEN"]
-    assert token == agent_token_for_namespace(master_token(cluster), "team-pod")
+    env = {e["name"]: e.get("value") for e in sidecar["env"]}
+    keyring = operator_keyring(cluster, release["workdir"] / "keys-injected")
+    assert env["STEPSCOPE_AGENT_TRUSTED_KEYS"] == keyring.trusted_keys_text()
+    assert env["STEPSCOPE_STORAGE_ENDPOINT"] == cluster.s3_endpoint
+    assert not [name for name in env if "TOKEN" in name]
 
 
 def test_pods_that_did_not_opt_in_come_back_unchanged(webhook_operator, release):
@@ -290,7 +293,7 @@ def test_injected_pod_runs_its_agent_and_is_profiled_by_the_charts_operator(
     webhook_operator, release
 ):
     """The whole chain on the local pod runner: the webhook injects, the hook counts the
-    trainer's optimizer steps, the sidecar answers the operator's namespace token, and the
+    trainer's optimizer steps, the sidecar answers calls signed with the chart's key, and the
     operator (the chart's account) profiles the pod to a final phase."""
     cluster = release["cluster"]
     start_podrunner(cluster, die_with_parent=True)
@@ -314,13 +317,13 @@ def test_injected_pod_runs_its_agent_and_is_profiled_by_the_charts_operator(
         },
     }
     assert is_mutated(create_pod(cluster, "team-pod", pod))
-    token = agent_token_for_namespace(master_token(cluster), "team-pod")
+    keyring = operator_keyring(cluster, release["workdir"] / "keys-profiled")
 
     def stepping() -> dict | None:
         current = get_json(cluster, "-n", "team-pod", "pod", "injected-trainer")
         if current["status"].get("phase") != "Running" or not current["status"].get("podIP"):
             return None
-        status = agent_status(current, token)
+        status = agent_status(current, keyring)
         return status if status and (status.get("currentStep") or 0) > 5 else None
 
     status = wait_until(stepping, 120, "the agent to report the trainer's steps")
@@ -417,9 +420,9 @@ def test_pods_are_created_unchanged_while_the_operator_is_down(webhook_operator,
     assert elapsed < 10, f"pod creation waited {elapsed:.1f}s on the stopped webhook"
 
 
-def test_upgrade_keeps_token_certificate_and_settings(release):
+def test_upgrade_keeps_signing_keys_certificate_and_settings(release):
     cluster = release["cluster"]
-    token_before = get_json(cluster, "-n", NAMESPACE, "secret", f"{RELEASE}-agent-token")["data"]
+    keys_before = get_json(cluster, "-n", NAMESPACE, "secret", SIGNING_KEYS_SECRET)["data"]
     tls_before = get_json(cluster, "-n", NAMESPACE, "secret", f"{RELEASE}-webhook-tls")["data"]
     helm(
         cluster,
@@ -435,9 +438,9 @@ def test_upgrade_keeps_token_certificate_and_settings(release):
         "--timeout",
         "2m",
     )
-    token_after = get_json(cluster, "-n", NAMESPACE, "secret", f"{RELEASE}-agent-token")["data"]
+    keys_after = get_json(cluster, "-n", NAMESPACE, "secret", SIGNING_KEYS_SECRET)["data"]
     tls_after = get_json(cluster, "-n", NAMESPACE, "secret", f"{RELEASE}-webhook-tls")["data"]
-    assert token_after == token_before
+    assert keys_after == keys_before
     assert tls_after == tls_before
     config = get_json(cluster, "mutatingwebhookconfiguration", f"{NAMESPACE}-{RELEASE}")
     assert {w["clientConfig"]["caBundle"] for w in config["webhooks"]} == {tls_before["ca.crt"]}
@@ -461,10 +464,7 @@ def test_upgrade_keeps_token_certificate_and_settings(release):
         "--timeout",
         "2m",
     )
-    assert (
-        get_json(cluster, "-n", NAMESPACE, "secret", f"{RELEASE}-agent-token")["data"]
-        == token_before
-    )
+    assert get_json(cluster, "-n", NAMESPACE, "secret", SIGNING_KEYS_SECRET)["data"] == keys_before
 
 
 def test_upgrade_regenerates_the_certificate_when_the_webhook_address_changes(release):

@@ -3,7 +3,6 @@ each installs, holds only its own packages, and its entrypoint runs."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import time
@@ -13,7 +12,9 @@ from pathlib import Path
 
 import pytest
 from dockerfile_replay import replay
+from stepscope_dev.agent_calls import signed_call
 from stepscope_operator.agent_contract import HOOK_INSTALL_COMMAND, IMAGE_HOOK_DIR
+from stepscope_operator.call_signing import AgentKeyring
 from support import free_port
 
 pytestmark = pytest.mark.integration
@@ -55,15 +56,17 @@ def test_agent_image_has_no_torch_boto3_or_operator(agent_image):
     assert agent_image.python("import pynvml, stepscope_agent.sidecar").returncode == 0
 
 
-def test_agent_entrypoint_serves_its_api_with_the_token(agent_image, tmp_path):
+def test_agent_entrypoint_serves_its_api_to_signed_calls_only(agent_image, tmp_path):
     port = free_port()
-    token = "t" * 32
+    keyring = AgentKeyring.generate()
     env = {
         "STEPSCOPE_AGENT_DIR": str(tmp_path / "shared"),
-        "STEPSCOPE_AGENT_TOKEN": token,
+        "STEPSCOPE_AGENT_TRUSTED_KEYS": keyring.trusted_keys_text(),
+        "STEPSCOPE_STORAGE_ENDPOINT": "http://127.0.0.1:9",
         "STEPSCOPE_AGENT_PORT": str(port),
         "STEPSCOPE_AGENT_HOST": "127.0.0.1",
         "STEPSCOPE_POD_NAME": "trainer-0",
+        "STEPSCOPE_POD_NAMESPACE": "team-a",
     }
     command = [agent_image._resolve(agent_image.entrypoint[0])]
     process = subprocess.Popen(
@@ -78,9 +81,16 @@ def test_agent_entrypoint_serves_its_api_with_the_token(agent_image, tmp_path):
         deadline = time.monotonic() + 30
         while True:
             try:
-                request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
-                with urllib.request.urlopen(request, timeout=2) as response:
-                    status = json.loads(response.read())
+                code, status = signed_call(
+                    f"127.0.0.1:{port}",
+                    "GET",
+                    "/v1/status",
+                    keyring=keyring,
+                    namespace="team-a",
+                    pod="trainer-0",
+                    timeout=2,
+                )
+                assert code == 200, status
                 break
             except OSError:
                 assert process.poll() is None, process.stdout.read()

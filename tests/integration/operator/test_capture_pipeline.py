@@ -26,13 +26,12 @@ from stepscope_operator.settings import load_settings
 from stepscope_operator.status import final_phase, judge_ranks, summary_from_job, tally_ranks
 from stepscope_operator.targets import RankTarget
 from support import free_port, wait_until
-from support.operator_helpers import REPO_ROOT
+from support.operator_helpers import AGENT_KEYRING, REPO_ROOT
 
 from stepscope.storage import session_prefix
 
 pytestmark = pytest.mark.integration
 
-TOKEN = "pipeline-token-0123456789abcdef"
 # Outside 127.0.0.0/16, the pod runner's networks, so it never collides with a pod.
 POD_IP = "127.1.2.3"
 JOB = REPO_ROOT / "tests" / "e2e" / "ddp_job.py"
@@ -46,14 +45,15 @@ class Window:
 
 
 @pytest.fixture
-def pod(tmp_path: Path):
+def pod(tmp_path: Path, local_cluster):
     """An agent sidecar and a 2-rank DDP job sharing one agent directory, like one pod."""
     port = free_port()
     agent_dir = tmp_path / "shared"
     env = dict(
         os.environ,
         STEPSCOPE_AGENT_DIR=str(agent_dir),
-        STEPSCOPE_AGENT_TOKEN=TOKEN,
+        STEPSCOPE_AGENT_TRUSTED_KEYS=AGENT_KEYRING.trusted_keys_text(),
+        STEPSCOPE_STORAGE_ENDPOINT=local_cluster.s3_endpoint,
         STEPSCOPE_AGENT_HOST=POD_IP,
         STEPSCOPE_AGENT_PORT=str(port),
         STEPSCOPE_POD_NAME="pipeline-pod",
@@ -111,7 +111,7 @@ def test_capture_pipeline_from_probe_to_published_artifacts(local_cluster, pod):
 
     async def run():
         async with aiohttp.ClientSession() as http:
-            client = AgentClient(http, TOKEN, pod, timeout_s=3)
+            client = AgentClient(http, AGENT_KEYRING, "ns", pod, timeout_s=3)
 
             # Retry while planning says so (no steps yet, or not yet steady), as the flow does.
             plan = probe = None

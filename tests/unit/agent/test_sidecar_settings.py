@@ -8,35 +8,48 @@ import sys
 import pytest
 from stepscope_agent.sidecar_settings import SettingsError, SidecarSettings
 
+KEYS = "MCowBQYDK2VwAyEA" + "A" * 28  # the shape of a base64 key; parsed by the HTTP API
 
-def test_the_token_comes_from_the_environment_or_a_file(tmp_path):
-    token_file = tmp_path / "token"
-    token_file.write_text("0123456789abcdef0123\n")
-    config = SidecarSettings.from_env(
-        {
-            "STEPSCOPE_AGENT_DIR": str(tmp_path),
-            "STEPSCOPE_AGENT_TOKEN_FILE": str(token_file),
-            "STEPSCOPE_POD_NAME": "w-0",
-        }
+
+def complete_env(directory) -> dict[str, str]:
+    return {
+        "STEPSCOPE_AGENT_DIR": str(directory),
+        "STEPSCOPE_AGENT_TRUSTED_KEYS": KEYS,
+        "STEPSCOPE_STORAGE_ENDPOINT": "http://S3.example:9000",
+        "STEPSCOPE_POD_NAME": "w-0",
+        "STEPSCOPE_POD_NAMESPACE": "team-a",
+    }
+
+
+def test_keys_identity_and_storage_endpoint_come_from_the_environment(tmp_path):
+    config = SidecarSettings.from_env(complete_env(tmp_path))
+    assert config.trusted_keys == KEYS
+    assert (config.pod, config.namespace, config.port, config.host) == (
+        "w-0",
+        "team-a",
+        9464,
+        "0.0.0.0",
     )
-    assert config.token == "0123456789abcdef0123"
-    assert (config.pod, config.port, config.host) == ("w-0", 9464, "0.0.0.0")
-    assert config.token not in repr(config)
+    assert str(config.storage_endpoint) == "http://s3.example:9000"
 
 
 @pytest.mark.parametrize(
-    ("env", "message"),
-    [
-        ({"STEPSCOPE_AGENT_TOKEN": "x" * 16}, "set STEPSCOPE_AGENT_DIR"),
-        (
-            {"STEPSCOPE_AGENT_DIR": "/tmp"},
-            "set STEPSCOPE_AGENT_TOKEN or STEPSCOPE_AGENT_TOKEN_FILE",
-        ),
-    ],
+    "missing",
+    ["STEPSCOPE_AGENT_TRUSTED_KEYS", "STEPSCOPE_POD_NAMESPACE", "STEPSCOPE_STORAGE_ENDPOINT"],
 )
-def test_missing_settings_name_the_variable(env, message):
-    with pytest.raises(SettingsError, match=message):
+def test_a_missing_security_setting_names_the_variable(tmp_path, missing):
+    env = complete_env(tmp_path)
+    del env[missing]
+    with pytest.raises(SettingsError, match=f"set {missing} to"):
         SidecarSettings.from_env(env)
+
+
+def test_missing_agent_dir_and_bad_endpoint_name_the_variable(tmp_path):
+    env = complete_env(tmp_path)
+    with pytest.raises(SettingsError, match="set STEPSCOPE_AGENT_DIR"):
+        SidecarSettings.from_env({k: v for k, v in env.items() if k != "STEPSCOPE_AGENT_DIR"})
+    with pytest.raises(SettingsError, match="STEPSCOPE_STORAGE_ENDPOINT: 'ftp://x'"):
+        SidecarSettings.from_env({**env, "STEPSCOPE_STORAGE_ENDPOINT": "ftp://x"})
 
 
 def test_the_sidecar_never_imports_torch():

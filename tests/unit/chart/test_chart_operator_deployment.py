@@ -1,8 +1,12 @@
 """The operator Deployment: restricted Pod Security, kopf's liveness endpoint as probes,
 settings the operator understands, and S3 credentials only by reference."""
 
+import base64
+
 import pytest
 from chart_rendering import by_kind, helm_template_text, one, render
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from stepscope_operator.settings import ENV as OPERATOR_ENV
 from stepscope_operator.webhook import ENV as WEBHOOK_ENV
 from stepscope_operator.webhook import load_webhook_settings
@@ -69,24 +73,51 @@ def test_no_credentials_by_default_and_only_secret_references_when_asked(tmp_pat
         assert env[name]["valueFrom"]["secretKeyRef"] == {"name": "keys", "key": name}
 
 
-def test_agent_token_secret_is_generated_and_mounted(tmp_path):
+def test_an_ed25519_signing_key_secret_is_generated_and_mounted(tmp_path):
     objects = render(None, tmp_path)
     deployment, container = operator_container(objects)
-    [token] = [s for s in by_kind(objects, "Secret") if s["type"] == "Opaque"]
-    assert len(token["data"]["token"]) >= 48
+    [keys] = [s for s in by_kind(objects, "Secret") if s["metadata"]["name"].endswith("-keys")]
+    [pem] = keys["data"].values()
+    key = serialization.load_pem_private_key(base64.b64decode(pem), password=None)
+    assert isinstance(key, Ed25519PrivateKey)
     volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
-    assert volumes["agent-token"]["secret"]["secretName"] == token["metadata"]["name"]
+    assert volumes["agent-signing-keys"]["secret"]["secretName"] == keys["metadata"]["name"]
+    # No items list: a key added for a rotation appears in the directory too.
+    assert "items" not in volumes["agent-signing-keys"]["secret"]
     env = {e["name"]: e.get("value") for e in container["env"]}
-    mount = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}["agent-token"]
-    assert env["STEPSCOPE_AGENT_TOKEN_FILE"] == f"{mount}/token"
+    mount = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}["agent-signing-keys"]
+    assert env["STEPSCOPE_AGENT_SIGNING_KEYS_DIR"] == mount
+    assert not [name for name in env if "TOKEN" in name]
 
 
-def test_an_existing_token_secret_replaces_the_generated_one(tmp_path):
-    objects = render({"agent": {"token": {"existingSecret": "my-token"}}}, tmp_path)
-    assert not [s for s in by_kind(objects, "Secret") if s["type"] == "Opaque"]
+def test_an_existing_signing_key_secret_replaces_the_generated_one(tmp_path):
+    objects = render({"agent": {"signingKeys": {"existingSecret": "my-keys"}}}, tmp_path)
+    assert not [s for s in by_kind(objects, "Secret") if s["metadata"]["name"].endswith("-keys")]
     deployment, _ = operator_container(objects)
     volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
-    assert volumes["agent-token"]["secret"]["secretName"] == "my-token"
+    assert volumes["agent-signing-keys"]["secret"]["secretName"] == "my-keys"
+
+
+def test_a_client_ca_makes_the_webhook_require_client_certificates(tmp_path):
+    _, container = operator_container(render(None, tmp_path))
+    assert "STEPSCOPE_WEBHOOK_CLIENT_CA_FILE" not in {e["name"] for e in container["env"]}
+    objects = render({"webhook": {"clientCA": {"configMap": "apiserver-ca"}}}, tmp_path)
+    deployment, container = operator_container(objects)
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    mount = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}["webhook-client-ca"]
+    assert env["STEPSCOPE_WEBHOOK_CLIENT_CA_FILE"] == f"{mount}/ca.crt"
+    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["webhook-client-ca"]["configMap"]["name"] == "apiserver-ca"
+
+
+def test_the_webhook_port_admits_only_the_configured_peers(tmp_path):
+    peers = [{"ipBlock": {"cidr": "10.0.0.0/28"}}]
+    objects = render({"networkPolicy": {"webhookFrom": peers}}, tmp_path)
+    [policy] = [p for p in by_kind(objects, "NetworkPolicy")]
+    webhook_rule = next(r for r in policy["spec"]["ingress"] if r["ports"][0]["port"] == 9443)
+    assert webhook_rule["from"] == peers
+    [open_policy] = by_kind(render(None, tmp_path), "NetworkPolicy")
+    assert all("from" not in rule for rule in open_policy["spec"]["ingress"])
 
 
 def test_images_are_pinned_by_digest_when_given(tmp_path):

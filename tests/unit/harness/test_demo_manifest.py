@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import yaml
+from stepscope_dev.demojob import AGENT_CONFIG_MAP
 from stepscope_dev.podrunner import STEPSCOPE_IMAGE_PATHS
 from stepscope_operator import agent_contract as contract
 
@@ -45,9 +46,11 @@ def test_the_agent_is_declared_as_the_webhook_injects_it():
     assert agent["command"] == list(contract.AGENT_COMMAND)
     agent_env = _env(agent)
     assert agent_env[contract.ENV_AGENT_DIR] == contract.SHARED_MOUNT_PATH
-    assert agent_env[contract.ENV_AGENT_TOKEN] == {
-        "secretKeyRef": {"name": "stepscope-agent-token", "key": "token"}
-    }
+    for variable, key in (
+        (contract.ENV_TRUSTED_KEYS, "trustedKeys"),
+        (contract.ENV_STORAGE_ENDPOINT, "storageEndpoint"),
+    ):
+        assert agent_env[variable] == {"configMapKeyRef": {"name": AGENT_CONFIG_MAP, "key": key}}
     trainer = spec["containers"][0]
     assert _env(trainer)["PYTHONPATH"] == contract.HOOK_DIR
     assert _env(trainer)[contract.ENV_AGENT_DIR] == contract.SHARED_MOUNT_PATH

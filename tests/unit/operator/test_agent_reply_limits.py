@@ -16,6 +16,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 from stepscope_operator.agent_client import MAX_REPLY_BYTES, AgentClient, AgentError
+from stepscope_operator.call_signing import AgentKeyring
 
 from stepscope.api import agent as wire
 
@@ -65,7 +66,8 @@ async def _ask(reply) -> wire.AgentStatus:
     await web.TCPSite(runner, "127.0.0.1", port).start()
     try:
         async with aiohttp.ClientSession() as session:
-            return await AgentClient(session, "token", port, timeout_s=30).status(POD, "127.0.0.1")
+            client = AgentClient(session, AgentKeyring.generate(), "ns", port, timeout_s=30)
+            return await client.status(POD, "127.0.0.1")
     finally:
         await runner.cleanup()
 

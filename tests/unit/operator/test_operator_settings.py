@@ -2,6 +2,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from stepscope_operator.call_signing import AgentKeyring
 from stepscope_operator.settings import (
     CONFIG_FILE_ENV,
     ENV,
@@ -74,20 +75,39 @@ def test_parse_duration_rejects_garbage(text):
         parse_duration(text)
 
 
-def test_agent_token_from_file(tmp_path: Path):
-    token_file = tmp_path / "token"
-    token_file.write_text("s3cret\n")
-    assert (
-        load_settings({"STEPSCOPE_AGENT_TOKEN_FILE": str(token_file)}).resolved_agent_token()
-        == "s3cret"
+def test_the_signing_keyring_is_read_from_its_directory_on_every_use(tmp_path: Path):
+    settings = load_settings({"STEPSCOPE_AGENT_SIGNING_KEYS_DIR": str(tmp_path)})
+    with pytest.raises(SettingsError, match="STEPSCOPE_AGENT_SIGNING_KEYS_DIR: no \\*.pem key"):
+        settings.agent_keyring()
+    first, second = AgentKeyring.generate(), AgentKeyring.generate()
+    first.write(tmp_path)
+    assert settings.agent_keyring().public_keys() == first.public_keys()
+    second.write(tmp_path)  # a rotation adds a key to the mounted Secret
+    assert sorted(settings.agent_keyring().public_keys()) == sorted(
+        first.public_keys() + second.public_keys()
     )
-    assert load_settings({"STEPSCOPE_AGENT_TOKEN": "direct"}).resolved_agent_token() == "direct"
-    with pytest.raises(SettingsError, match="STEPSCOPE_AGENT_TOKEN_FILE"):
-        load_settings({}).resolved_agent_token()
-    with pytest.raises(SettingsError, match="cannot be read"):
-        load_settings(
-            {"STEPSCOPE_AGENT_TOKEN_FILE": str(tmp_path / "missing")}
-        ).resolved_agent_token()
+    (tmp_path / "broken.pem").write_text("not a key")
+    with pytest.raises(SettingsError, match="broken.pem is not an unencrypted PEM"):
+        settings.agent_keyring()
+    with pytest.raises(SettingsError, match="set STEPSCOPE_AGENT_SIGNING_KEYS_DIR"):
+        load_settings({}).agent_keyring()
+
+
+def test_a_key_of_another_type_is_refused(tmp_path: Path):
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    (tmp_path / "ec.pem").write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    settings = load_settings({"STEPSCOPE_AGENT_SIGNING_KEYS_DIR": str(tmp_path)})
+    with pytest.raises(SettingsError, match="need Ed25519 keys"):
+        settings.agent_keyring()
 
 
 def test_agent_endpoint_defaults_to_operator_endpoint():
@@ -102,6 +122,9 @@ def test_agent_endpoint_defaults_to_operator_endpoint():
         }
     )
     assert both.agent_s3_endpoint == "http://pub:9000"
+    # Without an endpoint boto3 would pick AWS's; it is named, so agents can be told it.
+    aws = load_settings({"STEPSCOPE_S3_REGION": "eu-west-1"})
+    assert aws.agent_s3_endpoint == "https://s3.eu-west-1.amazonaws.com"
 
 
 def test_every_variable_is_documented():

@@ -6,7 +6,8 @@ import jsonpatch
 import pytest
 from stepscope_operator.agent_contract import (
     AGENT_CONTAINER_NAME,
-    ENV_AGENT_TOKEN,
+    ENV_STORAGE_ENDPOINT,
+    ENV_TRUSTED_KEYS,
     HOOK_DIR,
     HOOK_INSTALL_CONTAINER_NAME,
     SHARED_VOLUME_NAME,
@@ -20,7 +21,9 @@ from stepscope_operator.injection import (
 )
 
 SETTINGS = InjectionSettings(
-    agent_image="registry.example/stepscope-agent:0.1.0", agent_token="t" * 64
+    agent_image="registry.example/stepscope-agent:0.1.0",
+    trusted_keys="a2V5LW9uZQ==,a2V5LXR3bw==",
+    storage_endpoint="https://s3.example.com",
 )
 
 
@@ -70,7 +73,9 @@ def test_pod_label_opt_in_adds_sidecar_hook_and_env_and_keeps_the_command():
     assert list(init) == [HOOK_INSTALL_CONTAINER_NAME, AGENT_CONTAINER_NAME]
     assert init[AGENT_CONTAINER_NAME]["restartPolicy"] == "Always"
     assert init[AGENT_CONTAINER_NAME]["image"] == SETTINGS.agent_image
-    assert env_of(init[AGENT_CONTAINER_NAME])[ENV_AGENT_TOKEN]["value"] == SETTINGS.agent_token
+    sidecar_env = env_of(init[AGENT_CONTAINER_NAME])
+    assert sidecar_env[ENV_TRUSTED_KEYS]["value"] == SETTINGS.trusted_keys
+    assert sidecar_env[ENV_STORAGE_ENDPOINT]["value"] == SETTINGS.storage_endpoint
     assert HOOK_DIR in init[HOOK_INSTALL_CONTAINER_NAME]["command"]
     assert mutated["spec"]["volumes"] == [{"name": SHARED_VOLUME_NAME, "emptyDir": {}}]
     assert mutated["metadata"]["labels"][INJECTED_LABEL] == "injected"
@@ -205,9 +210,11 @@ def test_injected_containers_meet_the_restricted_pod_security_standard():
         assert context["seccompProfile"]["type"] == "RuntimeDefault"
 
 
-def test_settings_reject_a_short_token():
-    with pytest.raises(ValueError, match="agent_token"):
-        InjectionSettings(agent_image="x", agent_token="short")
+def test_settings_need_trusted_keys_and_a_storage_endpoint():
+    with pytest.raises(ValueError, match="trusted_keys"):
+        InjectionSettings(agent_image="x", trusted_keys="", storage_endpoint="http://s3")
+    with pytest.raises(ValueError, match="storage_endpoint"):
+        InjectionSettings(agent_image="x", trusted_keys="k")
 
 
 def test_sidecar_learns_its_pod_from_the_downward_api_and_listens_on_the_pod_ip():

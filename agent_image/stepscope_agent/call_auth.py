@@ -1,0 +1,184 @@
+"""Verify that a call to this agent comes from the operator, for this pod, and only once.
+
+The operator signs every call with each of its Ed25519 keys (stepscope.api.agent describes the
+headers and ``canonical_call`` the signed bytes). This module holds nothing secret: the pod gets
+only public keys, so whoever reads the pod spec learns nothing that makes a call.
+
+A call is accepted when, in this order:
+
+* it names this agent's own namespace and pod as its target (a call signed for another pod,
+  or for the same pod name in another namespace, is refused);
+* its timestamp is within ``CLOCK_WINDOW_SECONDS`` of this agent's clock;
+* one of its signatures verifies against a trusted key, over the form built from *this*
+  agent's identity (so a lying target header cannot help);
+* its nonce was not seen within the window (a recorded call cannot be sent again).
+
+The nonce is remembered only after the signature verified, so unsigned junk cannot fill the
+memory; the memory is bounded (``MAX_REMEMBERED_NONCES``) and, when full of live nonces, the
+agent refuses new calls for a moment rather than forget one that could still be replayed.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from stepscope.api.agent import (
+    CLOCK_WINDOW_SECONDS,
+    MAX_SIGNATURES,
+    NONCE_HEADER,
+    NONCE_PATTERN,
+    SIGNATURE_HEADER,
+    TARGET_HEADER,
+    TIMESTAMP_HEADER,
+    TRUSTED_KEYS_ENV,
+    canonical_call,
+    key_id,
+)
+
+# The operator calls each agent every few seconds; 10,000 calls within one clock window is
+# far beyond any honest rate and still only about a megabyte of nonces.
+MAX_REMEMBERED_NONCES = 10_000
+_NONCE = re.compile(NONCE_PATTERN)
+
+
+class CallRefused(Exception):
+    """The call is not accepted; the message says why (it goes back to the caller).
+
+    ``busy`` marks a refusal for lack of nonce memory, which the caller may retry.
+    """
+
+    def __init__(self, message: str, busy: bool = False) -> None:
+        super().__init__(message)
+        self.busy = busy
+
+
+class TrustedKeysError(ValueError):
+    """The trusted public keys given to the agent cannot be used."""
+
+
+def parse_trusted_keys(text: str) -> dict[str, Ed25519PublicKey]:
+    """Key id -> public key from the comma-separated base64 raw keys in ``TRUSTED_KEYS_ENV``."""
+    keys: dict[str, Ed25519PublicKey] = {}
+    for entry in (part.strip() for part in text.split(",")):
+        if not entry:
+            continue
+        try:
+            raw = base64.b64decode(entry, validate=True)
+            key = Ed25519PublicKey.from_public_bytes(raw)
+        except (binascii.Error, ValueError) as exc:
+            raise TrustedKeysError(
+                f"{TRUSTED_KEYS_ENV}: {entry[:16]!r}... is not a base64 raw Ed25519 public key "
+                f"({exc}); the webhook injects the operator's keys there"
+            ) from exc
+        keys[key_id(raw)] = key
+    if not keys:
+        raise TrustedKeysError(
+            f"{TRUSTED_KEYS_ENV} holds no key: the agent would accept no call; set it to the "
+            "operator's public keys"
+        )
+    return keys
+
+
+@dataclass
+class CallVerifier:
+    """Checks the signed headers of calls to one agent (one namespace and pod)."""
+
+    trusted_keys: Mapping[str, Ed25519PublicKey]
+    namespace: str
+    pod: str
+    clock: Callable[[], float] = time.time
+    window_seconds: int = CLOCK_WINDOW_SECONDS
+    max_nonces: int = MAX_REMEMBERED_NONCES
+
+    def __post_init__(self) -> None:
+        # nonce -> the time after which a call carrying it is refused anyway (its window ended).
+        self._nonces: OrderedDict[str, float] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def verify(self, method: str, path: str, body: bytes, headers: Mapping[str, str]) -> None:
+        """Return when the call is accepted; raise CallRefused naming the reason otherwise."""
+        target = _header(headers, TARGET_HEADER)
+        if target != f"{self.namespace}/{self.pod}":
+            raise CallRefused(
+                f"the call is signed for {target!r}, this agent is {self.namespace}/{self.pod}"
+            )
+        timestamp = _timestamp(_header(headers, TIMESTAMP_HEADER))
+        now = self.clock()
+        if abs(now - timestamp) > self.window_seconds:
+            raise CallRefused(
+                f"the call's timestamp is {now - timestamp:+.0f}s from this agent's clock, "
+                f"outside the {self.window_seconds}s window (CLOCK_WINDOW_SECONDS)"
+            )
+        nonce = _header(headers, NONCE_HEADER)
+        if not _NONCE.match(nonce):
+            raise CallRefused(f"{NONCE_HEADER} must be 32 lower-case hex digits")
+        signed = canonical_call(method, path, body, timestamp, nonce, self.namespace, self.pod)
+        if not self._any_signature_verifies(_header(headers, SIGNATURE_HEADER), signed):
+            raise CallRefused("no signature verifies against this agent's trusted operator keys")
+        self._remember(nonce, timestamp + self.window_seconds, now)
+
+    def _any_signature_verifies(self, header: str, signed: bytes) -> bool:
+        for name, signature in _signatures(header):
+            key = self.trusted_keys.get(name)
+            if key is None:
+                continue
+            try:
+                key.verify(signature, signed)
+                return True
+            except InvalidSignature:
+                continue
+        return False
+
+    def _remember(self, nonce: str, refused_after: float, now: float) -> None:
+        with self._lock:
+            # Entries are in arrival order and expire one window after their own timestamp,
+            # so the oldest arrivals expire first up to the skew the window allows; dropping
+            # from the front until a live entry keeps the memory to about one window's calls.
+            while self._nonces and next(iter(self._nonces.values())) < now:
+                self._nonces.popitem(last=False)
+            if nonce in self._nonces:
+                raise CallRefused(f"nonce {nonce} was already used: a replayed call is refused")
+            if len(self._nonces) >= self.max_nonces:
+                raise CallRefused(
+                    f"more than {self.max_nonces} calls within {self.window_seconds}s; "
+                    "try again shortly",
+                    busy=True,
+                )
+            self._nonces[nonce] = refused_after
+
+
+def _header(headers: Mapping[str, str], name: str) -> str:
+    value = headers.get(name)
+    if not value:
+        raise CallRefused(
+            f"the call carries no {name} header: calls must be signed by the operator"
+        )
+    return value.strip()
+
+
+def _timestamp(text: str) -> int:
+    if not text.isdigit() or len(text) > 12:
+        raise CallRefused(f"{TIMESTAMP_HEADER} must be whole seconds since the epoch")
+    return int(text)
+
+
+def _signatures(header: str) -> Iterable[tuple[str, bytes]]:
+    entries = [e.strip() for e in header.split(",") if e.strip()]
+    if len(entries) > MAX_SIGNATURES:
+        raise CallRefused(f"more than {MAX_SIGNATURES} signatures in {SIGNATURE_HEADER}")
+    for entry in entries:
+        name, _, encoded = entry.partition("=")
+        try:
+            yield name, base64.b64decode(encoded, validate=True)
+        except binascii.Error:
+            continue
