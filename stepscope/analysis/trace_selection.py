@@ -5,8 +5,9 @@ MB), and most ranks look alike. A person reading the verdict needs the ranks it 
 and the ones to compare them with: rank 0 (where logging, evaluation and checkpoints
 usually run), the straggler, the ranks of the slow node, the ranks other findings name,
 then the fastest rank and a median one as the yardsticks. They are taken in that order
-while their stored traces fit the byte budget; every rank, chosen or not, stays visible
-in the compact all-ranks track (`rank_track`).
+while their stored traces fit the byte budget, and what budget is left goes to the other
+ranks in rank order (so a small job's merged trace holds every rank); every rank, chosen
+or not, stays visible in the compact all-ranks track (`rank_track`).
 
 The budget counts the stored (gzip) bytes of the chosen ranks' traces, which is what the
 merged file costs to write and, compressed the same way, about what it weighs in storage.
@@ -24,6 +25,7 @@ RANK_ZERO = "rank 0"
 STRAGGLER = "straggler"
 FASTEST = "fastest"
 MEDIAN = "median"
+ROOM_IN_BUDGET = "room in the budget"
 
 
 def slow_node_reason(node: str) -> str:
@@ -122,7 +124,8 @@ def select_merge_ranks(
     `trace_bytes` holds the stored size of every rank trace there is; a rank without one
     cannot be chosen. Ranks are taken in `wanted_ranks` order; a wanted rank whose trace
     would pass the budget is left out (and counted), and a smaller one after it may still
-    fit. A rank wanted for several reasons is listed once with all of them."""
+    fit. A rank wanted for several reasons is listed once with all of them. The rest of
+    the budget is filled with the other ranks, lowest first."""
     reasons: dict[int, list[str]] = {}
     order: list[int] = []
     over: list[int] = []
@@ -141,6 +144,16 @@ def select_merge_ranks(
         used += size
         reasons[rank] = [reason]
         order.append(rank)
+    # What budget is left goes to the other ranks in rank order, so a small job's merged
+    # trace holds every rank.
+    for summary in sorted(job.ranks, key=lambda s: s.rank):
+        size = trace_bytes.get(summary.rank)
+        if summary.rank in reasons or summary.rank in over or size is None:
+            continue
+        if used + size <= budget_bytes:
+            used += size
+            reasons[summary.rank] = [ROOM_IN_BUDGET]
+            order.append(summary.rank)
     return MergeSelection(
         chosen=tuple(ChosenRank(rank, tuple(reasons[rank])) for rank in order),
         over_budget=tuple(over),

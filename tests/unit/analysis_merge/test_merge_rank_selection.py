@@ -9,6 +9,7 @@ from stepscope.analysis.trace_selection import (
     FASTEST,
     MEDIAN,
     RANK_ZERO,
+    ROOM_IN_BUDGET,
     STRAGGLER,
     select_merge_ranks,
     slow_node_reason,
@@ -42,7 +43,7 @@ def test_rank_zero_straggler_fastest_and_median_are_chosen_for_their_reasons():
     job = _straggler_job()
     assert job.straggler is not None and job.straggler.rank == 37
 
-    selection = select_merge_ranks(job, {r: 10 * MIB for r in range(64)}, 100 * MIB)
+    selection = select_merge_ranks(job, {r: 10 * MIB for r in range(64)}, 40 * MIB)
 
     reasons = selection.reasons_by_rank()
     assert reasons[0] == [RANK_ZERO]
@@ -62,11 +63,12 @@ def test_slow_node_ranks_are_chosen_and_written_as_one_range():
     # Higher ranks step faster here: 31 is the fastest and 16 the median.
     job = _with_step_times(job, {r: 100.0 - r * 0.01 for r in range(ranks)})
 
-    selection = select_merge_ranks(job, {r: MIB for r in range(ranks)}, 64 * MIB)
+    selection = select_merge_ranks(job, {r: MIB for r in range(ranks)}, 12 * MIB)
 
     for rank in range(8, 16):
         assert slow_node_reason("node-1") in selection.reasons_by_rank()[rank]
     assert "8-15 (slow node node-1); 16 (median); 31 (fastest)" in selection.describe()
+    assert "1 (room in the budget)" in selection.describe()
     assert selection.describe().endswith(f"all {ranks} ranks in the all-ranks track")
 
 
@@ -85,6 +87,16 @@ def test_the_budget_keeps_the_verdict_first_and_counts_what_it_left_out():
     roomier = select_merge_ranks(job, sizes, 35 * MIB)
     assert [c.rank for c in roomier.chosen] == [0, 37, 50]
     assert roomier.over_budget == (30,)
+
+
+def test_a_small_job_whose_traces_fit_is_merged_whole():
+    job = _straggler_job(ranks=8, straggler=5)
+
+    selection = select_merge_ranks(job, {r: MIB for r in range(8)}, 64 * MIB)
+
+    assert selection.ranks == list(range(8))
+    assert selection.reasons_by_rank()[5] == [STRAGGLER]
+    assert selection.reasons_by_rank()[1] == [ROOM_IN_BUDGET]
 
 
 def test_ranks_without_a_stored_trace_are_never_chosen():
