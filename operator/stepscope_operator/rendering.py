@@ -167,14 +167,17 @@ async def render_artifacts(
     summary.json must be stored already: it is the Job's main input."""
     sizes = await asyncio.to_thread(_trace_sizes, buckets, prefix, job)
     selection = select_merge_ranks(job, sizes, settings.merged_trace_budget_bytes)
-    plan_url = await asyncio.to_thread(
-        _write_plan, buckets, settings, session, prefix, selection, now
-    )
     name = analysis_job_name(session.name, session.uid)
-    body = build_analysis_job(settings, session.namespace, session.name, session.uid, plan_url)
     rendered = RenderedArtifacts(merged_ranks=selection.describe() if selection.chosen else None)
     try:
-        await kube.create_analysis_job(body)
+        # After an operator restart the Job may exist already: wait for it, do not replan it.
+        if await kube.read_analysis_job(session.namespace, name) is None:
+            plan_url = await asyncio.to_thread(
+                _write_plan, buckets, settings, session, prefix, selection, now
+            )
+            await kube.create_analysis_job(
+                build_analysis_job(settings, session.namespace, session.name, session.uid, plan_url)
+            )
     except ApiException as exc:
         why = f"analysis Job {name} could not be created ({exc.status} {exc.reason})"
         return _missing(rendered, Reason.ANALYSIS_JOB_NOT_CREATED, why)
