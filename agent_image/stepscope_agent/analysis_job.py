@@ -142,8 +142,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="stepscope-analysis-") as workdir:
         try:
             sys.exit(run(plan_url, Path(workdir)))
-        except AnalysisJobError as error:
-            sys.exit(f"stepscope-analysis-job: {error}")
+        except (AnalysisJobError, ValueError) as error:
+            # No plan, or not one: there is no grant to report through, only the exit status.
+            sys.exit(f"stepscope-analysis-job: cannot use the analysis plan: {error}")
 
 
 if __name__ == "__main__":

@@ -143,7 +143,13 @@ async def _wait_for_job(
 ) -> tuple[str, str] | None:
     deadline = time.monotonic() + wait_seconds
     while time.monotonic() < deadline:
-        job = await kube.read_analysis_job(namespace, name)
+        try:
+            job = await kube.read_analysis_job(namespace, name)
+        except (ApiException, OSError) as exc:
+            # A blip of the API server must not turn into a failed session: keep waiting.
+            log.warning("reading analysis Job %s/%s failed, retrying: %s", namespace, name, exc)
+            await asyncio.sleep(poll_seconds)
+            continue
         if job is None:
             return "Failed", "the Job was deleted before it finished"
         outcome = job_outcome(job)

@@ -110,3 +110,11 @@ def test_session_lifecycle_with_only_the_charts_permissions(
         operator.stop()
     logs = operator.logs()
     assert "Forbidden" not in logs and " 403" not in logs, logs[-4000:]
+    # The analysis Job is created, read and deleted in the session's namespace; the real
+    # API server says the chart's account may do exactly that, and no more (no list).
+    user = f"--as=system:serviceaccount:{RELEASE_NAMESPACE}:{account}"
+    for verb, allowed in (("create", "yes"), ("get", "yes"), ("delete", "yes"), ("list", "no")):
+        answer = local_cluster.kubectl(
+            "auth", "can-i", verb, "jobs.batch", "-n", namespace, user, check=False
+        ).stdout.strip()
+        assert answer == allowed, f"can-i {verb} jobs.batch: {answer}"

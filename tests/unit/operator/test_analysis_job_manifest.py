@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path
 
 from stepscope_operator.analysis_job import (
     analysis_job_name,
@@ -110,3 +111,8 @@ def test_outcome_and_pod_failure_read_the_job_and_pod_status():
     }
     assert pod_failure([oom]) == "container exited 137 (OOMKilled)"
     assert pod_failure([]) is None
+
+
+def test_the_job_command_is_the_agent_package_console_script():
+    pyproject = (Path(__file__).resolve().parents[3] / "pyproject.toml").read_text()
+    assert f'{ANALYSIS_JOB_COMMAND[0]} = "stepscope_agent.analysis_job:main"' in pyproject
