@@ -94,14 +94,17 @@ def _rank_metadata(rank: int) -> list[dict]:
     ]
 
 
-def _rewrite(event: dict, rank: int, offset_us: float, ranks: int, tids: _ThreadIds) -> dict:
+def _rewrite(
+    event: dict, rank: int, offset_us: float, slot: int, slots: int, tids: _ThreadIds
+) -> dict:
     event["tid"] = tids(event.get("pid"), event.get("tid"))
     event["pid"] = rank
     if "ts" in event:
         event["ts"] = event["ts"] + offset_us
     if event.get("ph") in FLOW_PHASES and isinstance(event.get("id"), int):
-        # Flow ids are per trace; interleave them so rank A's arrows never join rank B's.
-        event["id"] = event["id"] * ranks + rank
+        # Flow ids are per trace; interleave them by the source's slot (not its rank: the
+        # chosen ranks need not be 0..n-1) so rank A's arrows never join rank B's.
+        event["id"] = event["id"] * slots + slot
     return event
 
 
@@ -134,7 +137,7 @@ def write_merged_trace(
 
     for event in prelude:
         emit(event)
-    for rank, open_trace in sorted(sources, key=lambda source: source[0]):
+    for slot, (rank, open_trace) in enumerate(sorted(sources, key=lambda source: source[0])):
         for event in _rank_metadata(rank):
             emit(event)
         name = (names or {}).get(rank, f"rank {rank} trace")
@@ -143,7 +146,8 @@ def write_merged_trace(
             for event in TraceReader(name, open_trace).raw_events():
                 if event.get("ph") == "M" and event.get("name") in PROCESS_METADATA:
                     continue
-                event = _rewrite(event, rank, offsets_us.get(rank, 0.0), len(sources), tids)
+                shift = offsets_us.get(rank, 0.0)
+                event = _rewrite(event, rank, shift, slot, len(sources), tids)
                 if event.get("ph") == "M" and event.get("name") == "thread_name":
                     named.add(event["tid"])
                 emit(event)
