@@ -318,10 +318,11 @@ async def collect_and_analyze(
             conditions=captured + ((ANALYZED, "False", Reason.ANALYSIS_FAILED, why),),
         )
         return
-    await asyncio.to_thread(ctx.buckets.abort_incomplete_uploads, prefix)
     summary = summary_from_job(job, record.plan.step_time_ms)
     # The merged trace and the report need raw traces: the analysis Job builds them in the
     # session's namespace. However it ends, the verdict above stands; a failure is a note.
+    # Unfinished uploads (the ranks', a failed Job's) are aborted once the Job has ended:
+    # after an operator restart it may still be uploading through its multipart grant.
     await writer.enter(
         Phase.ANALYZING,
         Reason.ANALYSIS_JOB_RUNNING,
