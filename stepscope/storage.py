@@ -10,6 +10,7 @@ Layout::
     <prefix>/<namespace>/<session>/<uid>/
         rank-<r>/trace.json.gz  rank-<r>/counters.json  rank-<r>/summary.json  rank-<r>/steps.json
         summary.json  report.html  merged.trace.json.gz  plan.json
+        analysis-plan.json  analysis-result.json
 """
 
 from __future__ import annotations
@@ -35,6 +36,10 @@ class SessionArtifact(StrEnum):
     # The window plan and rank placement, written before any agent is armed so
     # that an operator restart resumes with the same plan instead of a new one.
     PLAN = "plan.json"
+    # What the analysis Job reads (its inputs' GETs, its outputs' grants) and what it
+    # answers; see stepscope.api.analysis_job.
+    ANALYSIS_PLAN = "analysis-plan.json"
+    ANALYSIS_RESULT = "analysis-result.json"
 
 
 def _check_segment(field: str, value: str) -> str:

@@ -47,12 +47,19 @@ class OperatorProcess:
     """The operator as a subprocess; start() again after stop() to model a restart."""
 
     def __init__(
-        self, env: dict[str, str], log_path: Path, *, die_with_parent: bool = False
+        self,
+        env: dict[str, str],
+        log_path: Path,
+        *,
+        die_with_parent: bool = False,
+        launcher: tuple[str, ...] = ("-m", "stepscope_operator.main"),
     ) -> None:
         self.env = env
         self.log_path = log_path
         # Tests set this, so an operator never outlives a test runner that was killed.
         self.die_with_parent = die_with_parent
+        # What the interpreter runs; tests run the operator under an import audit.
+        self.launcher = launcher
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -63,7 +70,7 @@ class OperatorProcess:
         port = free_port()
         health = f"http://127.0.0.1:{port}/healthz"
         self.proc = start_process(
-            [sys.executable, "-m", "stepscope_operator.main", f"--liveness={health}"],
+            [sys.executable, *self.launcher, f"--liveness={health}"],
             self.log_path,
             env=self.env,
             cwd=REPO_ROOT,

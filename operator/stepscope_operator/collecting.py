@@ -1,16 +1,14 @@
 """Collect the per-rank summaries, merge them, and publish the session's artifacts.
 
-Nothing here holds a raw trace: per-rank summaries (a few KB each) come from the
+Nothing here reads a raw trace: per-rank summaries (a few KB each) come from the
 agents' capture status, or from `rank-<r>/summary.json` when an agent is gone (and,
-for ranks that recorded step timings only, `rank-<r>/steps.json`);
-the merged trace is streamed event by event from the rank traces in S3 into a
-temporary gzip file, then uploaded in parts.
+for ranks that recorded step timings only, `rank-<r>/steps.json`). The merged trace
+and the report are built by the session's analysis Job in its own namespace
+(`rendering`); this module stores summary.json for it and describes what it left.
 """
 
 from __future__ import annotations
 
-import gzip
-import tempfile
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 
@@ -18,8 +16,6 @@ from pydantic import ValidationError
 
 from stepscope.analysis.job_model import JobSummary
 from stepscope.analysis.merge import merge_ranks
-from stepscope.analysis.merged_trace import write_merged_trace
-from stepscope.analysis.report import render_report
 from stepscope.analysis.step_timings import summarize_steps_document
 from stepscope.analysis.summary_model import RankSummary
 from stepscope.analysis.trace_input import loads_bounded
@@ -27,6 +23,7 @@ from stepscope.api.agent import StepStatistics, TraceSummary, parse_capture_summ
 from stepscope.api.session_status import StatusArtifacts
 from stepscope.storage import RankArtifact, SessionArtifact, rank_key, s3_uri, session_key
 from stepscope_operator.buckets import Buckets
+from stepscope_operator.rendering import RenderedArtifacts
 from stepscope_operator.status import RankOutcome
 from stepscope_operator.targets import RankTarget
 
@@ -118,66 +115,32 @@ def merge_job(summaries: list[RankSummary], targets: Iterable[RankTarget]) -> Jo
     )
 
 
-def publish_artifacts(
-    buckets: Buckets,
-    prefix: str,
-    job: JobSummary,
-    now: datetime,
-    retention: timedelta,
-    notes: list[str] | None = None,
-) -> StatusArtifacts:
-    """Upload summary.json, report.html and merged.trace.json.gz; describe what is stored.
-
-    Rank traces are tenant data: one that is unreadable or breaks the reader's limits
-    is cut short in the merged trace, and a line naming it and the limit is appended to
-    `notes`; it never fails the session or the operator.
-    """
+def write_job_summary(buckets: Buckets, prefix: str, job: JobSummary) -> None:
+    """Store summary.json: the verdict's details, and the analysis Job's main input."""
     buckets.put_bytes(
         session_key(prefix, SessionArtifact.SUMMARY),
         job.model_dump_json().encode(),
         "application/json",
     )
-    buckets.put_bytes(
-        session_key(prefix, SessionArtifact.REPORT),
-        render_report(job).encode(),
-        "text/html; charset=utf-8",
-    )
-    merged_key = session_key(prefix, SessionArtifact.MERGED_TRACE)
-    stored = {key for key, _ in buckets.list_keys(prefix)}
-    sources = [
-        (summary.rank, _opener(buckets, rank_key(prefix, summary.rank, RankArtifact.TRACE)))
-        for summary in job.ranks
-        if rank_key(prefix, summary.rank, RankArtifact.TRACE) in stored
-    ]
-    names = {
-        summary.rank: s3_uri(buckets.bucket, rank_key(prefix, summary.rank, RankArtifact.TRACE))
-        for summary in job.ranks
-    }
-    merged = None
-    if sources:
-        with tempfile.TemporaryFile() as spool:
-            with gzip.GzipFile(fileobj=spool, mode="wb", compresslevel=6) as out:
-                written = write_merged_trace(sources, job.offsets_us, out, names)
-            spool.seek(0)
-            buckets.upload_file(merged_key, spool, "application/gzip")
-        if notes is not None:
-            notes.extend(written.notes())
-        merged = s3_uri(buckets.bucket, merged_key)
+
+
+def publish_artifacts(
+    buckets: Buckets,
+    prefix: str,
+    now: datetime,
+    retention: timedelta,
+    rendered: RenderedArtifacts,
+) -> StatusArtifacts:
+    """Describe what is stored: the prefix, its size, and the report and merged trace
+    when the analysis Job wrote them (`rendering.render_artifacts`)."""
     total = sum(size for _, size in buckets.list_keys(prefix))
+    report = session_key(prefix, SessionArtifact.REPORT)
+    merged = session_key(prefix, SessionArtifact.MERGED_TRACE)
     return StatusArtifacts(
         uri=s3_uri(buckets.bucket, prefix),
-        report=s3_uri(buckets.bucket, session_key(prefix, SessionArtifact.REPORT)),
-        merged_trace=merged,
+        report=s3_uri(buckets.bucket, report) if rendered.report else None,
+        merged_trace=s3_uri(buckets.bucket, merged) if rendered.merged_trace else None,
+        merged_ranks=rendered.merged_ranks if rendered.merged_trace else None,
         size_bytes=total,
         expires_at=now + retention,
     )
-
-
-def _opener(buckets: Buckets, key: str):
-    def open_trace():
-        stream = buckets.open_stream(key)
-        if stream is None:
-            raise FileNotFoundError(f"s3://{buckets.bucket}/{key} vanished while merging")
-        return stream
-
-    return open_trace

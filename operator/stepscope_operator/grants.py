@@ -1,10 +1,11 @@
-"""Short-lived, key-scoped upload grants for the agents (DESIGN §5).
+"""Short-lived, key-scoped grants for the agents and the analysis Job (DESIGN §5).
 
-Agents hold no storage credentials. For each rank and artifact the operator
+Agents and the analysis Job hold no storage credentials. For each rank and artifact the operator
 presigns exactly the request the agent needs: a PUT for the small JSON files,
 and a multipart upload (one presigned URL per part plus the completion URL)
-for the trace, whose part count caps its size at the rank's byte budget. Every
-URL expires shortly after the capture deadline.
+for the trace, whose part count caps its size at the rank's byte budget. The
+analysis Job gets presigned GETs of its inputs the same way. Every URL expires
+shortly after the deadline of the work it is for.
 """
 
 from __future__ import annotations
@@ -92,3 +93,10 @@ def create_rank_grants(
     else:
         trace = put_grant(buckets, trace_key, expires_in, now)
     return RankGrants(rank=rank, trace=trace, **grants)
+
+
+def get_url(buckets: Buckets, key: str, expires_in: int) -> str:
+    """A presigned GET of one key: how the analysis Job reads its inputs without credentials."""
+    return buckets.presigner.generate_presigned_url(
+        "get_object", Params={"Bucket": buckets.bucket, "Key": key}, ExpiresIn=expires_in
+    )

@@ -46,6 +46,7 @@ class KubeApi:
     def __init__(self, api_client: k8s.ApiClient) -> None:
         self._core = k8s.CoreV1Api(api_client)
         self._custom = k8s.CustomObjectsApi(api_client)
+        self._batch = k8s.BatchV1Api(api_client)
         self._instance = socket.gethostname()
 
     async def get_job(
@@ -74,6 +75,43 @@ class KubeApi:
             return json.loads(response.data)["items"]
 
         return await asyncio.to_thread(call)
+
+    async def create_analysis_job(self, body: dict[str, Any]) -> bool:
+        """Create the session's analysis Job; False when it exists already (a restart)."""
+        try:
+            await asyncio.to_thread(
+                self._batch.create_namespaced_job, body["metadata"]["namespace"], body
+            )
+        except ApiException as exc:
+            if exc.status == 409:
+                return False
+            raise
+        return True
+
+    async def read_analysis_job(self, namespace: str, name: str) -> dict[str, Any] | None:
+        def call() -> dict[str, Any]:
+            response = self._batch.read_namespaced_job(name, namespace, _preload_content=False)
+            return json.loads(response.data)
+
+        try:
+            return await asyncio.to_thread(call)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    async def delete_analysis_job(self, namespace: str, name: str) -> None:
+        """Delete the Job and, in the background, its pods."""
+        try:
+            await asyncio.to_thread(
+                self._batch.delete_namespaced_job,
+                name,
+                namespace,
+                propagation_policy="Background",
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
 
     async def list_sessions(
         self, namespace: str | None, label_selector: str | None = None

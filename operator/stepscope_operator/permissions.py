@@ -78,6 +78,15 @@ _OPERATOR_PERMISSIONS: tuple[Permission, ...] = (
         "An Event at each phase change makes `kubectl describe` read as a story.",
     ),
     Permission(
+        "batch",
+        "jobs",
+        ("create", "get", "delete"),
+        "watched",
+        "The merged trace and the report are built by an analysis Job in the session's "
+        "namespace (the operator never reads a raw trace): created, read until it ends, and "
+        "deleted when it overruns its deadline.",
+    ),
+    Permission(
         "apiextensions.k8s.io",
         "customresourcedefinitions",
         ("list", "watch"),

@@ -20,7 +20,12 @@ from stepscope.analysis.merge import MergeError
 from stepscope.api.session_status import Phase, Reason, StatusWindow
 from stepscope_operator.arming import cancel_captures, capture_id_for
 from stepscope_operator.baselines import compare_with_baseline
-from stepscope_operator.collecting import gather_summaries, merge_job, publish_artifacts
+from stepscope_operator.collecting import (
+    gather_summaries,
+    merge_job,
+    publish_artifacts,
+    write_job_summary,
+)
 from stepscope_operator.context import (
     OperatorContext,
     SessionRecord,
@@ -33,6 +38,7 @@ from stepscope_operator.following import PodObservation, any_capturing, poll_cap
 from stepscope_operator.planning import PlanningError, plan_window
 from stepscope_operator.probing import probe_agents
 from stepscope_operator.queueing import active_sessions, blocking_session
+from stepscope_operator.rendering import SessionIdentity, render_artifacts
 from stepscope_operator.settings import session_retention
 from stepscope_operator.status import (
     ANALYZED,
@@ -301,9 +307,7 @@ async def collect_and_analyze(
     retention = session_retention(view.spec.artifacts.retention, ctx.settings.default_retention)
     try:
         job = merge_job(summaries, record.targets)
-        artifacts = await asyncio.to_thread(
-            publish_artifacts, ctx.buckets, prefix, job, ctx.now(), retention, notes
-        )
+        await asyncio.to_thread(write_job_summary, ctx.buckets, prefix, job)
     except (MergeError, ValidationError) as exc:
         why = f"analysis failed: {exc}" + (f" ({'; '.join(notes)})" if notes else "")
         await asyncio.to_thread(ctx.buckets.abort_incomplete_uploads, prefix)
@@ -314,8 +318,31 @@ async def collect_and_analyze(
             conditions=captured + ((ANALYZED, "False", Reason.ANALYSIS_FAILED, why),),
         )
         return
-    await asyncio.to_thread(ctx.buckets.abort_incomplete_uploads, prefix)
     summary = summary_from_job(job, record.plan.step_time_ms)
+    # The merged trace and the report need raw traces: the analysis Job builds them in the
+    # session's namespace. However it ends, the verdict above stands; a failure is a note.
+    # Unfinished uploads (the ranks', a failed Job's) are aborted once the Job has ended:
+    # after an operator restart it may still be uploading through its multipart grant.
+    await writer.enter(
+        Phase.ANALYZING,
+        Reason.ANALYSIS_JOB_RUNNING,
+        f"merged {len(job.ranks)} rank summaries; the analysis Job builds the report and "
+        "merged trace",
+    )
+    rendered = await render_artifacts(
+        ctx.kube,
+        ctx.buckets,
+        ctx.settings,
+        SessionIdentity(view.namespace, view.name, view.uid),
+        prefix,
+        job,
+        ctx.now(),
+    )
+    notes += rendered.notes
+    await asyncio.to_thread(ctx.buckets.abort_incomplete_uploads, prefix)
+    artifacts = await asyncio.to_thread(
+        publish_artifacts, ctx.buckets, prefix, ctx.now(), retention, rendered
+    )
     comparison = await compare_with_baseline(ctx, view, job)
     if step_timings_only(job):
         data_share = job.mean_breakdown.percent("data_loading_ms")
@@ -331,7 +358,9 @@ async def collect_and_analyze(
         phase,
         reason,
         f"{message}; {analyzed}" + (f"; notes: {'; '.join(notes)}" if notes else ""),
-        conditions=captured + ((ANALYZED, "True", Reason.ANALYZED, analyzed),),
+        conditions=captured
+        + ((ANALYZED, "True", Reason.ANALYZED, analyzed),)
+        + ((rendered.condition,) if rendered.condition else ()),
         summary=summary,
         artifacts=artifacts,
         **({"baseline_comparison": comparison} if comparison else {}),

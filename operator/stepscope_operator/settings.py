@@ -10,12 +10,13 @@ can still override one value with `--set env`.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import (
@@ -67,7 +68,22 @@ ENV: dict[str, str] = {
     "artifacts_tls_dir": "STEPSCOPE_ARTIFACTS_TLS_DIR",
     "artifact_link_seconds": "STEPSCOPE_ARTIFACT_LINK_SECONDS",
     "s3_read_endpoint": "STEPSCOPE_S3_READ_ENDPOINT",
+    # The same variables the webhook reads for the injected sidecar (webhook.ENV): the
+    # analysis Job runs the agent image too.
+    "agent_image": "STEPSCOPE_AGENT_IMAGE",
+    "agent_image_pull_policy": "STEPSCOPE_AGENT_IMAGE_PULL_POLICY",
+    "analysis_job_resources": "STEPSCOPE_ANALYSIS_JOB_RESOURCES",
+    "analysis_job_deadline_seconds": "STEPSCOPE_ANALYSIS_JOB_DEADLINE_SECONDS",
+    "merged_trace_budget_bytes": "STEPSCOPE_MERGED_TRACE_BUDGET_BYTES",
 }
+
+DEFAULT_ANALYSIS_JOB_RESOURCES: dict[str, dict[str, str]] = {
+    "requests": {"cpu": "500m", "memory": "512Mi"},
+    "limits": {"memory": "2Gi"},
+}
+"""The Job streams each trace event by event and holds only the job summary whole (a few
+hundred MB at 1024 ranks at most), so 2 GiB bounds it; no CPU limit, so it is never
+throttled into its deadline."""
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(d|h|m|s)")
 _DURATION_UNIT_SECONDS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
@@ -292,6 +308,42 @@ class OperatorSettings(BaseModel):
         description="S3 endpoint URL in the artifact links, as users' machines reach it; unset "
         "means the same as s3_endpoint.",
     )
+
+    agent_image: str = Field(
+        "ghcr.io/stepscope/stepscope-agent:0.1.0",
+        description="Image of the analysis Job (the agent image, which carries "
+        "`stepscope-analysis-job`); the same variable the webhook injects the sidecar from.",
+    )
+    agent_image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = Field(
+        "IfNotPresent", description="Pull policy of the analysis Job's image."
+    )
+    analysis_job_resources: dict[str, dict[str, str]] = Field(
+        default_factory=lambda: dict(DEFAULT_ANALYSIS_JOB_RESOURCES),
+        description="Resources of the analysis Job's container, as Kubernetes "
+        'ResourceRequirements (JSON in the environment, e.g. {"limits": {"memory": "4Gi"}}). '
+        "A Job past its memory limit is OOM-killed: the session still succeeds, with a note.",
+    )
+    analysis_job_deadline_seconds: int = Field(
+        900,
+        ge=10,
+        le=24 * 3600,
+        description="Seconds the analysis Job (merged trace and report) may run: its "
+        "activeDeadlineSeconds, and how long the session waits for it in Analyzing. A Job "
+        "past it is stopped and the session succeeds without the merged trace, with a note.",
+    )
+    merged_trace_budget_bytes: int = Field(
+        64 * 1024 * 1024,
+        ge=1024 * 1024,
+        description="Most stored (gzip) bytes of rank traces merged into merged.trace.json.gz. "
+        "Ranks that explain the verdict are taken first (rank 0, straggler, slow node, "
+        "fastest, median) while they fit; every rank stays in the all-ranks track. 64 MiB "
+        "of gzip is roughly 0.5-1 GB of trace JSON, what Perfetto's UI still opens.",
+    )
+
+    @field_validator("analysis_job_resources", mode="before")
+    @classmethod
+    def _resources_json(cls, value: Any) -> Any:
+        return json.loads(value) if isinstance(value, str) else value
 
     @field_validator("default_retention", mode="before")
     @classmethod

@@ -6,17 +6,17 @@ and every timestamp is shifted by the rank's clock offset from the merge. The
 traces are streamed event by event (ijson in, one `json.dumps` per event out),
 so memory stays bounded however large the traces are.
 
-The traces are tenant data and, until issue 11 moves this out, it runs inside the
-operator: each is read by the same `TraceReader` as the analysis, so the limits of
-`trace_input` hold here too. A rank whose trace breaks one, or is unreadable, keeps
-the events written before the fault, is labelled with the reason, and is listed in
-the result's `skipped`; the other ranks are written whole.
+The traces are tenant data, so this runs in the analysis Job in the tenant's namespace
+(`stepscope_agent.analysis_job`), never in the operator; each is read by the same
+`TraceReader` as the analysis, so the limits of `trace_input` hold here too. A rank whose
+trace breaks one, or is unreadable, keeps the events written before the fault, is labelled
+with the reason, and is listed in the result's `skipped`; the other ranks are written whole.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
@@ -94,14 +94,17 @@ def _rank_metadata(rank: int) -> list[dict]:
     ]
 
 
-def _rewrite(event: dict, rank: int, offset_us: float, ranks: int, tids: _ThreadIds) -> dict:
+def _rewrite(
+    event: dict, rank: int, offset_us: float, slot: int, slots: int, tids: _ThreadIds
+) -> dict:
     event["tid"] = tids(event.get("pid"), event.get("tid"))
     event["pid"] = rank
     if "ts" in event:
         event["ts"] = event["ts"] + offset_us
     if event.get("ph") in FLOW_PHASES and isinstance(event.get("id"), int):
-        # Flow ids are per trace; interleave them so rank A's arrows never join rank B's.
-        event["id"] = event["id"] * ranks + rank
+        # Flow ids are per trace; interleave them by the source's slot (not its rank: the
+        # chosen ranks need not be 0..n-1) so rank A's arrows never join rank B's.
+        event["id"] = event["id"] * slots + slot
     return event
 
 
@@ -110,13 +113,17 @@ def write_merged_trace(
     offsets_us: dict[int, float],
     out: BinaryIO,
     names: Mapping[int, str] | None = None,
+    prelude: Iterable[dict] = (),
+    about: Mapping[str, object] | None = None,
 ) -> MergedTrace:
     """Stream each `(rank, open)` source into `out` as one Chrome trace JSON.
 
     `open()` returns the rank's trace (gzip or plain); `names` says what to call each
-    rank's trace in errors (default "rank N trace"). `out` receives plain JSON bytes
-    (wrap it in gzip.GzipFile to compress). A rank whose trace fails is cut where it
-    failed and named in the result, never fatal to the others.
+    rank's trace in errors (default "rank N trace"). `prelude` events (the all-ranks
+    track) are written first, and `about` goes into `otherData` next to the offsets (which
+    ranks are in the file and why). `out` receives plain JSON bytes (wrap it in
+    gzip.GzipFile to compress). A rank whose trace fails is cut where it failed and named
+    in the result, never fatal to the others.
     """
     result = MergedTrace()
     out.write(b'{"traceEvents":[\n')
@@ -128,7 +135,9 @@ def write_merged_trace(
         first = False
         result.events += 1
 
-    for rank, open_trace in sorted(sources, key=lambda source: source[0]):
+    for event in prelude:
+        emit(event)
+    for slot, (rank, open_trace) in enumerate(sorted(sources, key=lambda source: source[0])):
         for event in _rank_metadata(rank):
             emit(event)
         name = (names or {}).get(rank, f"rank {rank} trace")
@@ -137,7 +146,8 @@ def write_merged_trace(
             for raw in TraceReader(name, open_trace).raw_events():
                 if raw.get("ph") == "M" and raw.get("name") in PROCESS_METADATA:
                     continue
-                event = _rewrite(raw, rank, offsets_us.get(rank, 0.0), len(sources), tids)
+                shift = offsets_us.get(rank, 0.0)
+                event = _rewrite(raw, rank, shift, slot, len(sources), tids)
                 if event.get("ph") == "M" and event.get("name") == "thread_name":
                     named.add(event["tid"])
                 emit(event)
@@ -159,7 +169,12 @@ def write_merged_trace(
     skipped = {str(rank): why for rank, why in sorted(result.skipped.items())}
     out.write(b'\n],"displayTimeUnit":"ms","otherData":{"stepscope_offsets_us":')
     out.write(json.dumps(offsets).encode())
-    out.write(b',"stepscope_incomplete_ranks":' + json.dumps(skipped).encode() + b"}}\n")
+    out.write(b',"stepscope_incomplete_ranks":' + json.dumps(skipped).encode())
+    out.writelines(
+        b"," + json.dumps(key).encode() + b":" + json.dumps(value).encode()
+        for key, value in (about or {}).items()
+    )
+    out.write(b"}}\n")
     return result
 
 

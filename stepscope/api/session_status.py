@@ -28,6 +28,8 @@ FINDING_TEXT_MAX_LENGTH = 512
 POD_NAME_MAX_LENGTH = 253
 FAILURE_REASON_MAX_LENGTH = 128
 URI_MAX_LENGTH = 1024
+# Which ranks are in the merged trace: ranges and reasons, a line a person reads.
+MERGED_RANKS_MAX_LENGTH = 512
 TARGET_MAX_LENGTH = 300
 
 
@@ -86,6 +88,12 @@ class Reason(StrEnum):
     ALL_RANKS_CAPTURED = "AllRanksCaptured"
     SOME_RANKS_MISSING = "SomeRanksMissing"
     NO_RANK_CAPTURED = "NoRankCaptured"
+    # The analysis Job (merged trace and report); its failure is a note, not a failed session.
+    ANALYSIS_JOB_RUNNING = "AnalysisJobRunning"
+    ARTIFACTS_RENDERED = "ArtifactsRendered"
+    ANALYSIS_JOB_FAILED = "AnalysisJobFailed"
+    ANALYSIS_JOB_TIMED_OUT = "AnalysisJobTimedOut"
+    ANALYSIS_JOB_NOT_CREATED = "AnalysisJobNotCreated"
     # After the end.
     RETENTION_ENDED = "RetentionEnded"
     ARTIFACTS_EXPIRED = "ArtifactsExpired"
@@ -375,7 +383,13 @@ class StatusArtifacts(ApiModel):
     merged_trace: str | None = Field(
         None,
         max_length=URI_MAX_LENGTH,
-        description="Observed state. All ranks on one timeline; opens in Perfetto.",
+        description="Observed state. The chosen ranks' full traces and every rank's steps "
+        "and arrival lag, on one timeline; opens in Perfetto.",
+    )
+    merged_ranks: BoundedText(MERGED_RANKS_MAX_LENGTH) | None = Field(
+        None,
+        description="Observed state. Which ranks' full traces the merged trace holds, and "
+        "why (rank 0, straggler, slow node, fastest, median).",
     )
     size_bytes: int | None = Field(
         None,

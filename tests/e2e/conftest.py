@@ -11,7 +11,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from support.operator_helpers import AGENT_KEYRING, REPO_ROOT, OperatorProcess, operator_env
+from support.operator_helpers import (
+    AGENT_KEYRING,
+    REPO_ROOT,
+    OperatorProcess,
+    audited_operator,
+    operator_env,
+    raw_trace_imports,
+)
 
 
 @pytest.fixture(scope="session")
@@ -49,13 +56,13 @@ def namespace(e2e_cluster) -> Iterator[str]:
 
 @pytest.fixture
 def operator_process(e2e_cluster, tmp_path) -> Iterator[OperatorProcess]:
-    process = OperatorProcess(
-        operator_env(e2e_cluster), tmp_path / "operator.log", die_with_parent=True
-    )
+    """The operator, audited: a test fails when it imported a raw-trace reader."""
+    process = audited_operator(operator_env(e2e_cluster), tmp_path / "operator.log")
     process.start()
     yield process
     process.stop()
     print(process.logs()[-8000:])
+    assert raw_trace_imports(process) == [], "the operator process imported a trace reader"
 
 
 @pytest.fixture(scope="session")

@@ -11,6 +11,8 @@ from e2e_helpers import apply, profile_session, pytorchjob, running_pods
 from support import wait_until
 from support.operator_helpers import get_session, session_events, session_phase
 
+from stepscope.analysis.rank_track import LAG_PID, STEPS_PID
+
 pytestmark = pytest.mark.e2e
 
 
@@ -76,7 +78,13 @@ def test_session_from_apply_to_analysed_describe(e2e_cluster, namespace, operato
             ].read()
         )
     )
-    assert {e["pid"] for e in merged["traceEvents"]} == {0, 1, 2, 3}
+    # Four small ranks fit the budget whole, beside the all-ranks track; the analysis Job in
+    # the session's namespace built the file and says so.
+    assert {e["pid"] for e in merged["traceEvents"]} == {0, 1, 2, 3, STEPS_PID, LAG_PID}
+    assert sorted(merged["otherData"]["stepscope_ranks"]) == ["0", "1", "2", "3"]
+    assert "rank 0" in status["artifacts"]["mergedRanks"]
+    rendered = next(c for c in status["conditions"] if c["type"] == "ArtifactsRendered")
+    assert rendered["status"] == "True" and rendered["reason"] == "ArtifactsRendered"
     assert status["artifacts"]["bytes"] > 0 and status["artifacts"]["expiresAt"]
 
     printed = cluster.kubectl("get", "profilesessions", "-n", namespace).stdout

@@ -13,13 +13,17 @@ from stepscope_dev.operator_process import REPO_ROOT, OperatorProcess
 from stepscope_dev.operator_process import operator_env as _operator_env
 from stepscope_operator.call_signing import AgentKeyring
 
+from support import import_audit
+
 __all__ = [
     "AGENT_KEYRING",
     "RELEASE_NAMESPACE",
     "REPO_ROOT",
     "OperatorProcess",
+    "audited_operator",
     "chart_operator_kubeconfig",
     "operator_env",
+    "raw_trace_imports",
 ]
 
 # The operator processes of a test run sign with this keyring; pods the tests build trust
@@ -36,6 +40,21 @@ def operator_env(local_cluster, **extra: str) -> dict[str, str]:
         STEPSCOPE_PROBE_TIMEOUT_SECONDS="2",
         **extra,
     )
+
+
+def audited_operator(env: dict[str, str], log_path: Path) -> OperatorProcess:
+    """The real operator, run under the import audit of `support.import_audit`; after the
+    test, `raw_trace_imports(process)` lists any raw-trace module it loaded."""
+    audit_file = log_path.with_suffix(".imports")
+    env = dict(env, **{import_audit.AUDIT_FILE_ENV: str(audit_file)})
+    return OperatorProcess(
+        env, log_path, die_with_parent=True, launcher=(str(import_audit.SCRIPT),)
+    )
+
+
+def raw_trace_imports(process: OperatorProcess) -> list[str]:
+    """Raw-trace modules the audited operator imported (the operator must import none)."""
+    return import_audit.forbidden_imports(Path(process.env[import_audit.AUDIT_FILE_ENV]))
 
 
 def get_session(local_cluster, namespace: str, name: str) -> dict[str, Any] | None:

@@ -1,6 +1,8 @@
-"""The operator's data path without the API server: a real agent sidecar beside a real
-2-rank DDP job (torchrun, gloo, the injected hook), real S3. Probe, plan, arm with presigned
-grants, follow, judge, merge and publish, as the session flow does."""
+"""The operator's data path: a real agent sidecar beside a real 2-rank DDP job (torchrun,
+gloo, the injected hook), real S3. Probe, plan, arm with presigned grants, follow, judge
+and merge as the session flow does; then the analysis Job, created through the real API
+server, run by the Job controller and the local pod runner, builds the merged trace and
+the report from the rank traces and lands them in S3."""
 
 from __future__ import annotations
 
@@ -18,16 +20,24 @@ import pytest
 from stepscope_operator.agent_client import AgentClient
 from stepscope_operator.arming import arm_pod, capture_id_for
 from stepscope_operator.buckets import connect_buckets
-from stepscope_operator.collecting import gather_summaries, merge_job, publish_artifacts
+from stepscope_operator.collecting import (
+    gather_summaries,
+    merge_job,
+    publish_artifacts,
+    write_job_summary,
+)
 from stepscope_operator.following import poll_captures
 from stepscope_operator.planning import PlanningError, plan_window
 from stepscope_operator.probing import probe_agents
+from stepscope_operator.rendering import ARTIFACTS_RENDERED, render_artifacts
 from stepscope_operator.settings import load_settings
 from stepscope_operator.status import final_phase, judge_ranks, summary_from_job, tally_ranks
 from stepscope_operator.targets import RankTarget
 from support import free_port, wait_until
 from support.operator_helpers import AGENT_KEYRING, REPO_ROOT
 
+from stepscope.analysis.rank_track import LAG_PID, STEPS_PID
+from stepscope.api.session_status import Reason
 from stepscope.storage import session_prefix
 
 pytestmark = pytest.mark.integration
@@ -100,10 +110,11 @@ def pod(tmp_path: Path, local_cluster):
             process.kill()
 
 
-def test_capture_pipeline_from_probe_to_published_artifacts(local_cluster, pod):
-    settings = load_settings(local_cluster.env())
+def test_capture_pipeline_from_probe_to_published_artifacts(local_cluster, pod, analysis_session):
+    kube, session = analysis_session
+    settings = load_settings(dict(local_cluster.env(), STEPSCOPE_POLL_INTERVAL_SECONDS="0.5"))
     buckets = connect_buckets(settings)
-    prefix = session_prefix("stepscope-it", "ns", "pipeline", os.urandom(4).hex())
+    prefix = session_prefix("stepscope-it", session.namespace, session.name, session.uid)
     targets = [
         RankTarget(rank=r, pod="pipeline-pod", namespace="ns", pod_ip=POD_IP, node="n0")
         for r in (0, 1)
@@ -175,15 +186,58 @@ def test_capture_pipeline_from_probe_to_published_artifacts(local_cluster, pod):
     summaries, notes = gather_summaries(buckets, prefix, outcomes)
     assert len(summaries) == 2 and not notes
     job = merge_job(summaries, targets)
-    artifacts = publish_artifacts(buckets, prefix, job, datetime.now(UTC), timedelta(hours=1))
+    write_job_summary(buckets, prefix, job)
+    rendered = asyncio.run(
+        render_artifacts(kube, buckets, settings, session, prefix, job, datetime.now(UTC))
+    )
+    assert rendered.condition[:3] == (ARTIFACTS_RENDERED, "True", Reason.ARTIFACTS_RENDERED)
+    assert rendered.report and rendered.merged_trace and not rendered.notes, rendered
+    artifacts = publish_artifacts(buckets, prefix, datetime.now(UTC), timedelta(hours=1), rendered)
     keys = dict(buckets.list_keys(prefix))
     for rank in (0, 1):
         assert keys[f"{prefix}rank-{rank}/trace.json.gz"] > 0
+    assert b"stepscope report: 2 rank(s)" in buckets.get_bytes(f"{prefix}report.html")
     merged = json.loads(gzip.decompress(buckets.get_bytes(f"{prefix}merged.trace.json.gz")))
-    assert {event["pid"] for event in merged["traceEvents"]} == {0, 1}
+    assert {event["pid"] for event in merged["traceEvents"]} == {0, 1, STEPS_PID, LAG_PID}
+    # Both ranks explain the verdict: rank 0, and rank 1 the straggler.
+    ranks = merged["otherData"]["stepscope_ranks"]
+    assert "rank 0" in ranks["0"] and "straggler" in ranks["1"], ranks
+    assert artifacts.merged_ranks and "(straggler" in artifacts.merged_ranks
     assert artifacts.size_bytes == sum(keys.values())
+    _assert_job_pod_holds_no_storage_credentials(local_cluster, session)
     summary = summary_from_job(job)
     assert summary.straggler is not None and summary.straggler.rank == 1
     assert summary.straggler.pod == "pipeline-pod" and summary.straggler.excess_ms > 20
     buckets.delete_prefix(prefix)
     wait_until(lambda: buckets.list_keys(prefix) == [], 10, "prefix emptied")
+
+
+def _assert_job_pod_holds_no_storage_credentials(local_cluster, session) -> None:
+    """The analysis Job's pod got presigned URLs only: no AWS variables, no Secret, no
+    service-account token, and it ran to completion in the session's namespace."""
+    pods = json.loads(
+        local_cluster.kubectl(
+            "get",
+            "pods",
+            "-n",
+            session.namespace,
+            "-l",
+            "app.kubernetes.io/component=stepscope-analysis",
+            "-o",
+            "json",
+        ).stdout
+    )["items"]
+    assert len(pods) == 1
+    (pod,) = pods
+    assert pod["status"]["phase"] == "Succeeded"
+    spec = pod["spec"]
+    assert spec["automountServiceAccountToken"] is False
+    for container in spec["containers"] + spec.get("initContainers", []):
+        names = {variable["name"] for variable in container.get("env", [])}
+        assert not any(name.startswith("AWS_") for name in names), names
+        assert "envFrom" not in container
+    assert not any("secret" in volume or "projected" in volume for volume in spec["volumes"])
+    owner = json.loads(
+        local_cluster.kubectl("get", "jobs", "-n", session.namespace, "-o", "json").stdout
+    )["items"][0]["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["uid"]) == ("ProfileSession", session.uid)

@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 
 import pytest
+import yaml
 from support import wait_until
 from support.operator_helpers import (
+    RELEASE_NAMESPACE,
     OperatorProcess,
     chart_operator_kubeconfig,
     get_session,
@@ -22,6 +24,7 @@ def test_session_lifecycle_with_only_the_charts_permissions(
     local_cluster, session_crds, namespace, tmp_path
 ):
     kubeconfig = chart_operator_kubeconfig(local_cluster, tmp_path / "operator.kubeconfig")
+    account = yaml.safe_load(kubeconfig.read_text())["users"][0]["name"]
 
     operator = OperatorProcess(
         operator_env(local_cluster, KUBECONFIG=str(kubeconfig)),
@@ -55,3 +58,11 @@ def test_session_lifecycle_with_only_the_charts_permissions(
         operator.stop()
     logs = operator.logs()
     assert "Forbidden" not in logs and " 403" not in logs, logs[-4000:]
+    # The analysis Job is created, read and deleted in the session's namespace; the real
+    # API server says the chart's account may do exactly that, and no more (no list).
+    user = f"--as=system:serviceaccount:{RELEASE_NAMESPACE}:{account}"
+    for verb, allowed in (("create", "yes"), ("get", "yes"), ("delete", "yes"), ("list", "no")):
+        answer = local_cluster.kubectl(
+            "auth", "can-i", verb, "jobs.batch", "-n", namespace, user, check=False
+        ).stdout.strip()
+        assert answer == allowed, f"can-i {verb} jobs.batch: {answer}"

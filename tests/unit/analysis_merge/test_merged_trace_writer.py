@@ -54,6 +54,20 @@ def test_flow_ids_of_different_ranks_never_collide():
     assert flows and all(len(pids) == 1 for pids in ids.values())
 
 
+def test_flow_ids_stay_apart_when_the_chosen_ranks_are_not_consecutive():
+    # Ranks 0 and 2 (say rank 0 and a straggler) of a larger job, from the same recording.
+    def same():
+        return (BALANCED / "rank-0.json.gz").open("rb")
+
+    out = io.BytesIO()
+    write_merged_trace([(0, same), (2, same)], {}, out)
+    flows = [e for e in json.loads(out.getvalue())["traceEvents"] if e.get("ph") in ("s", "f")]
+    ids = {}
+    for event in flows:
+        ids.setdefault(event["id"], set()).add(event["pid"])
+    assert flows and all(len(pids) == 1 for pids in ids.values())
+
+
 def test_plain_json_sources_work_too(tmp_path):
     plain = tmp_path / "rank-0.json"
     with gzip.open(BALANCED / "rank-0.json.gz", "rb") as original:
