@@ -18,8 +18,10 @@ from pydantic import ValidationError
 
 from stepscope.analysis.merge import MergeError
 from stepscope.api.session_status import Phase, Reason, StatusWindow
+from stepscope.storage import SessionArtifact, session_key
 from stepscope_operator.arming import cancel_captures, capture_id_for
 from stepscope_operator.baselines import compare_with_baseline
+from stepscope_operator.budgets import enforce_rank_budgets
 from stepscope_operator.collecting import gather_summaries, merge_job, publish_artifacts
 from stepscope_operator.context import (
     OperatorContext,
@@ -29,10 +31,12 @@ from stepscope_operator.context import (
     load_record,
     save_record,
 )
+from stepscope_operator.errors import describe_exception, is_transient
 from stepscope_operator.following import PodObservation, any_capturing, poll_captures
 from stepscope_operator.planning import PlanningError, plan_window
 from stepscope_operator.probing import probe_agents
 from stepscope_operator.queueing import active_sessions, blocking_session
+from stepscope_operator.retention import grants_expire_at, namespace_prefix
 from stepscope_operator.settings import session_retention
 from stepscope_operator.status import (
     ANALYZED,
@@ -50,9 +54,26 @@ from stepscope_operator.window_arming import MISSED_NOTHING, arm_record, replan_
 
 
 async def run_session(ctx: OperatorContext, body: dict[str, Any], stopped: Any) -> None:
-    """Drive the session until it reaches a final phase or the operator stops it."""
+    """Drive the session until it reaches a final phase or the operator stops it.
+
+    An error no phase expects ends the session Failed, naming the phase and the error;
+    only a transient one (errors.is_transient) propagates, for kopf to retry."""
     view = SessionView.from_body(body)
     writer = StatusWriter(ctx, view)
+    try:
+        await drive_session(ctx, view, writer, stopped)
+    except Exception as exc:
+        if is_transient(exc):
+            raise
+        await writer.fail(
+            Reason.UNEXPECTED_ERROR,
+            f"{writer.phase} failed on an unexpected error: {describe_exception(exc)}",
+        )
+
+
+async def drive_session(
+    ctx: OperatorContext, view: SessionView, writer: StatusWriter, stopped: Any
+) -> None:
     if is_final(writer.phase):
         return
     if writer.phase == Phase.PENDING and not await wait_for_turn(ctx, view, writer, stopped):
@@ -128,7 +149,7 @@ async def wait_for_turn(
                 ),
             )
         else:
-            return True
+            return await within_quota(ctx, view, writer)
         if ctx.now() > view.created + timeout:
             await writer.fail(
                 Reason.START_TIMEOUT, f"gave up after spec.window.timeoutSeconds: {message}"
@@ -138,6 +159,27 @@ async def wait_for_turn(
             await writer.enter(Phase.PENDING, reason, message)
             waiting_for = message
         await stopped.wait(ctx.settings.poll_interval_seconds)
+    return False
+
+
+async def within_quota(ctx: OperatorContext, view: SessionView, writer: StatusWriter) -> bool:
+    """False (and the session Failed) when its namespace already stores its byte quota.
+
+    Failing rather than waiting: space comes back only when older sessions expire, which
+    is days away, not within the session's timeout."""
+    quota = ctx.settings.namespace_quota_bytes
+    if quota is None:
+        return True
+    prefix = namespace_prefix(ctx.settings.s3_prefix, view.namespace)
+    used = sum(size for _, size in await asyncio.to_thread(ctx.buckets.list_keys, prefix))
+    if used < quota:
+        return True
+    await writer.fail(
+        Reason.NAMESPACE_OVER_QUOTA,
+        f"namespace {view.namespace} stores {used} bytes of artifacts, at or over its quota "
+        f"of {quota} (STEPSCOPE_NAMESPACE_QUOTA_BYTES); delete old ProfileSessions or "
+        "shorten spec.artifacts.retention",
+    )
     return False
 
 
@@ -282,12 +324,15 @@ async def collect_and_analyze(
     outcomes = judge_ranks(
         record.targets, observations, record.plan.start_step, record.plan.end_step
     )
+    prefix = view.prefix(ctx.settings)
+    outcomes = await asyncio.to_thread(
+        enforce_rank_budgets, ctx.buckets, prefix, outcomes, ctx.settings.max_bytes_per_rank
+    )
     ranks = tally_ranks(outcomes)
     window = (writer.status.window or StatusWindow()).model_copy(update={"end_time": ctx.now()})
     await writer.enter(Phase.COLLECTING, ranks=ranks, window=window)
     phase, reason, message = final_phase(ranks)
     captured = ((CAPTURED, "True" if ranks.captured else "False", reason, message),)
-    prefix = view.prefix(ctx.settings)
     if phase == Phase.FAILED:
         await asyncio.to_thread(ctx.buckets.abort_incomplete_uploads, prefix)
         await writer.enter(phase, reason, message, conditions=captured)
@@ -338,9 +383,19 @@ async def collect_and_analyze(
     )
 
 
+class GrantsStillValid(Exception):
+    """The session's prefix was cleaned, but an upload grant still works: clean again after
+    `delay` seconds, so an upload that lands late is deleted too."""
+
+    def __init__(self, message: str, delay: float) -> None:
+        super().__init__(message)
+        self.delay = delay
+
+
 async def cleanup_session(ctx: OperatorContext, body: dict[str, Any], retain: bool) -> str:
     """On delete: cancel armed captures, then delete the session's S3 artifacts unless
-    retained. Returns what was done, for the log."""
+    retained. Returns what was done, for the log; raises GrantsStillValid while a grant
+    could still upload, and any storage error as it is (the finalizer retries both)."""
     view = SessionView.from_body(body)
     record = await asyncio.to_thread(load_record, ctx, view)
     cancelled = {}
@@ -350,5 +405,18 @@ async def cleanup_session(ctx: OperatorContext, body: dict[str, Any], retain: bo
         )
     if retain:
         return f"cancelled {len(cancelled)} capture(s); artifacts retained"
-    deleted = await asyncio.to_thread(ctx.buckets.delete_prefix, view.prefix(ctx.settings))
+    prefix = view.prefix(ctx.settings)
+    last_grant = grants_expire_at(
+        record.capture_deadline if record else None, ctx.settings.grant_margin_seconds
+    )
+    if last_grant is not None and ctx.now() < last_grant:
+        # plan.json stays, so the next try still knows when the last grant expires.
+        keep = frozenset({session_key(prefix, SessionArtifact.PLAN)})
+        deleted = await asyncio.to_thread(ctx.buckets.delete_prefix, prefix, keep)
+        raise GrantsStillValid(
+            f"cancelled {len(cancelled)} capture(s); deleted {deleted} object(s); upload "
+            f"grants stay valid until {last_grant.isoformat()}, cleaning again then",
+            delay=(last_grant - ctx.now()).total_seconds() + 1.0,
+        )
+    deleted = await asyncio.to_thread(ctx.buckets.delete_prefix, prefix)
     return f"cancelled {len(cancelled)} capture(s); deleted {deleted} object(s)"

@@ -86,10 +86,15 @@ class Reason(StrEnum):
     ALL_RANKS_CAPTURED = "AllRanksCaptured"
     SOME_RANKS_MISSING = "SomeRanksMissing"
     NO_RANK_CAPTURED = "NoRankCaptured"
+    NAMESPACE_OVER_QUOTA = "NamespaceOverQuota"
+    # An error no phase expected; the message names its type and text.
+    UNEXPECTED_ERROR = "UnexpectedError"
     # After the end.
     RETENTION_ENDED = "RetentionEnded"
     ARTIFACTS_EXPIRED = "ArtifactsExpired"
-    OPERATOR_ERROR = "OperatorError"
+    # Deleting a session: its finalizer waits for these before it lets go.
+    WAITING_FOR_GRANTS = "WaitingForGrants"
+    STORAGE_UNAVAILABLE = "StorageUnavailable"
     # Schedules.
     SCHEDULED = "Scheduled"
     INVALID_SCHEDULE = "InvalidSchedule"
