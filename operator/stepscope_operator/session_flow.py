@@ -67,7 +67,7 @@ async def run_session(ctx: OperatorContext, body: dict[str, Any], stopped: Any) 
             raise
         await writer.fail(
             Reason.UNEXPECTED_ERROR,
-            f"{writer.phase} failed on an unexpected error: {describe_exception(exc)}",
+            f"unexpected error in phase {writer.phase}: {describe_exception(exc)}",
         )
 
 
