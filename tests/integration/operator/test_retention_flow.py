@@ -17,6 +17,7 @@ from stepscope_operator.context import SessionRecord
 from stepscope_operator.grants import create_rank_grants
 from stepscope_operator.handlers import CLEANUP, FINALIZER
 from stepscope_operator.planning import WindowPlan
+from stepscope_operator.retention import apply_lifecycle_rule, lifecycle_rule
 from stepscope_operator.settings import load_settings
 from support import free_port, wait_until
 from support.operator_helpers import (
@@ -230,3 +231,30 @@ def test_storage_down_during_delete_keeps_the_finalizer_and_says_so(
         "-p",
         '{"metadata":{"finalizers":[]}}',
     )
+
+
+def test_a_session_in_a_namespace_over_its_quota_fails_naming_it(
+    local_cluster, namespace, start_operator
+):
+    start_operator(STEPSCOPE_NAMESPACE_QUOTA_BYTES="100")
+    earlier = session_prefix("stepscope", namespace, "earlier", "uid-1") + "report.html"
+    s3 = local_cluster.s3_client()
+    s3.put_object(Bucket=local_cluster.s3_bucket, Key=earlier, Body=b"r" * 150)
+    _apply(local_cluster, namespace, "one-too-many", timeout=120)
+    wait_until(
+        lambda: session_phase(local_cluster, namespace, "one-too-many") == "Failed",
+        30,
+        "phase Failed",
+    )
+    ready = _condition(get_session(local_cluster, namespace, "one-too-many"), "Ready")
+    assert ready["reason"] == "NamespaceOverQuota"
+    assert f"namespace {namespace} stores 150 bytes" in ready["message"]
+    assert "quota of 100 (STEPSCOPE_NAMESPACE_QUOTA_BYTES)" in ready["message"]
+    s3.delete_object(Bucket=local_cluster.s3_bucket, Key=earlier)
+
+
+def test_versitygw_has_no_lifecycle_rules_and_the_operator_says_so(local_cluster):
+    buckets = connect_buckets(load_settings(local_cluster.env()))
+    said = apply_lifecycle_rule(buckets, lifecycle_rule("stepscope", 1, 366))
+    assert said.startswith(f"bucket {buckets.bucket} has no stepscope lifecycle rule")
+    assert "(NotImplemented)" in said
