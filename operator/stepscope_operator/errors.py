@@ -9,6 +9,8 @@ type and message, instead of retrying until it gives up with no cause in sight.
 
 from __future__ import annotations
 
+import aiohttp
+import urllib3.exceptions
 from botocore.exceptions import ClientError, HTTPClientError
 from botocore.exceptions import ConnectionError as BotoConnectionError
 from kubernetes.client.exceptions import ApiException
@@ -31,7 +33,17 @@ def is_transient(exc: BaseException) -> bool:
         error = exc.response.get("Error", {})
         status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
         return error.get("Code") in _TRANSIENT_S3_CODES or status in _TRANSIENT_HTTP
-    return isinstance(exc, BotoConnectionError | HTTPClientError | ConnectionError | TimeoutError)
+    # The kubernetes client raises urllib3's errors (MaxRetryError, ProtocolError) when the
+    # API server cannot be reached; aiohttp's connection errors are the agents' and peers'.
+    return isinstance(
+        exc,
+        BotoConnectionError
+        | HTTPClientError
+        | urllib3.exceptions.HTTPError
+        | aiohttp.ClientConnectionError
+        | ConnectionError
+        | TimeoutError,
+    )
 
 
 def describe_exception(exc: BaseException) -> str:

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import aiohttp
 import pytest
+import urllib3.exceptions
 from botocore.exceptions import ClientError, EndpointConnectionError
 from kubernetes.client.exceptions import ApiException
 from stepscope_operator.budgets import bytes_per_rank, mark_over_budget, over_budget
@@ -94,6 +96,8 @@ def test_lifecycle_rule_aborts_uploads_and_expires_past_any_retention():
         (ApiException(status=409), True),
         (ApiException(status=422), False),
         (ConnectionResetError(), True),
+        (urllib3.exceptions.MaxRetryError(None, "/apis", "refused"), True),
+        (aiohttp.ServerDisconnectedError(), True),
         (ValueError("bad"), False),
         (KeyError("x"), False),
     ],
