@@ -3,9 +3,9 @@
 A daemon per unfinished session drives it to a final phase; kopf restarts the
 daemons when the operator restarts, and the phase persisted in status says
 where each one resumes. The delete handler is the finalizer: it cancels armed
-captures and deletes the session's artifacts, holding until the last upload grant
-has expired and retrying storage errors with back-off (see retention.py). A timer
-sweeps expired artifacts.
+captures and deletes the session's artifacts (leaving a pending delete while an upload
+grant is still valid, swept by a background task) and retries storage errors with
+back-off, never letting go on them (see retention.py). A timer sweeps expired artifacts.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any
 
 import aiohttp
 import kopf
+from botocore.exceptions import BotoCoreError, ClientError
 
 from stepscope.api.session import GROUP, VERSION
 from stepscope.api.session_status import Reason
@@ -28,12 +29,14 @@ from stepscope_operator.kubeapi import KubeApi, load_api_client
 from stepscope_operator.metrics import serve_metrics
 from stepscope_operator.retention import (
     CLEANUP_FIRST_DELAY_SECONDS,
+    PENDING_DELETE_SWEEP_SECONDS,
     apply_lifecycle_rule,
     cleanup_delay,
     lifecycle_rule,
+    sweep_pending_deletes,
 )
 from stepscope_operator.schedule_flow import reconcile_schedule
-from stepscope_operator.session_flow import GrantsStillValid, cleanup_session, run_session
+from stepscope_operator.session_flow import cleanup_session, run_session
 from stepscope_operator.settings import load_settings
 from stepscope_operator.status import is_final, set_condition
 
@@ -84,6 +87,7 @@ async def configure(
         buckets=buckets,
         master_token=operator_settings.resolved_agent_token(),
     )
+    memo.sweeper = asyncio.create_task(sweep_deleted_sessions(memo.ctx, logger))
     logger.info(
         "stepscope operator: bucket %s, prefix %s, watching %s",
         operator_settings.s3_bucket,
@@ -92,8 +96,27 @@ async def configure(
     )
 
 
+async def sweep_deleted_sessions(ctx: OperatorContext, logger: logging.Logger) -> None:
+    """Forever: clean the prefixes of deleted sessions whose last grant has expired."""
+    while True:
+        try:
+            finished = await asyncio.to_thread(
+                sweep_pending_deletes, ctx.buckets, ctx.settings.s3_prefix, ctx.now()
+            )
+            if finished:
+                logger.info(
+                    "cleaned %d deleted session prefix(es) after their grants expired", finished
+                )
+        except (BotoCoreError, ClientError, RuntimeError) as exc:
+            # Storage down: the records stay, and the next round tries again.
+            logger.warning("pending deletes not swept: %s", describe_exception(exc))
+        await asyncio.sleep(PENDING_DELETE_SWEEP_SECONDS)
+
+
 @kopf.on.cleanup()
 async def close_clients(memo: kopf.Memo, **_: Any) -> None:
+    if getattr(memo, "sweeper", None) is not None:
+        memo.sweeper.cancel()
     if getattr(memo, "http", None) is not None:
         await memo.http.close()
 
@@ -155,10 +178,6 @@ async def session_delete(
     retain = (body.metadata.annotations or {}).get(RETAIN_ANNOTATION) == "true"
     try:
         logger.info(await cleanup_session(ctx, raw, retain))
-    except GrantsStillValid as exc:
-        if retry == 0:
-            await report_cleanup(ctx, raw, "Normal", Reason.WAITING_FOR_GRANTS, str(exc))
-        raise kopf.TemporaryError(str(exc), delay=exc.delay) from exc
     except Exception as exc:
         delay = cleanup_delay(retry)
         message = (

@@ -2,11 +2,16 @@
 
 Every final phase that stored anything gets `artifacts.expiresAt`, not only a
 success: a Failed session's plan and partial uploads expire like a report does.
-No artifact may expire, and no deleted session may let go of its prefix, while an
-upload grant is still valid, or a late upload would land after the clean-up and
-stay forever; so both wait for the last grant's expiry (the capture deadline plus
-the grant margin). Storage errors never end the wait: the finalizer retries with
-back-off (`cleanup_delay`) and says so on the session. The bucket lifecycle rule
+No artifact may expire while an upload grant is still valid, or a late upload would
+land after the clean-up and stay forever: the expiry is never before the last grant's
+(the capture deadline plus the grant margin). A session deleted before then is cleaned
+at once and leaves a pending delete (`pending-deletes/<uid>.json` under the operator's
+prefix) naming its prefix and that time; the operator's sweep cleans the prefix again
+once the grants have expired, so a late upload goes too, and only then drops the
+record. The session object need not wait: a finalizer holding for the rest of a
+capture's timeout plus the margin (25 minutes by default) would block every
+`kubectl delete` and namespace deletion for that long. Storage errors never release
+the finalizer: it retries with back-off (`cleanup_delay`) and says so on the session. The bucket lifecycle rule
 is the backstop for whatever the operator never gets to (servers that support it).
 """
 
@@ -16,6 +21,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
+from pydantic import BaseModel, ValidationError
 
 from stepscope.api.session import MAX_RETENTION
 from stepscope.api.session_status import StatusArtifacts
@@ -24,6 +30,9 @@ from stepscope_operator.buckets import Buckets
 from stepscope_operator.errors import describe_exception
 
 LIFECYCLE_RULE_ID = "stepscope-retention"
+PENDING_DELETES = "pending-deletes"
+# How often the operator looks for pending deletes whose grants have expired.
+PENDING_DELETE_SWEEP_SECONDS = 20.0
 # Back-off of a finalizer that cannot reach storage: 5 s, doubling, at most 5 minutes.
 CLEANUP_FIRST_DELAY_SECONDS = 5.0
 CLEANUP_MAX_DELAY_SECONDS = 300.0
@@ -53,6 +62,44 @@ def final_artifacts(
     if base.size_bytes is None and stored is not None:
         update["size_bytes"] = sum(size for _, size in stored)
     return base.model_copy(update=update)
+
+
+class PendingDelete(BaseModel):
+    """A deleted session's prefix, to be cleaned again once its last grant has expired."""
+
+    prefix: str
+    after: datetime
+
+
+def pending_delete_key(s3_prefix: str, uid: str) -> str:
+    # Namespaces cannot start with a dot or contain one here, so no session prefix clashes.
+    return f"{s3_prefix.strip('/')}/{PENDING_DELETES}/{uid}.json"
+
+
+def record_pending_delete(buckets: Buckets, s3_prefix: str, uid: str, pending: PendingDelete):
+    buckets.put_bytes(
+        pending_delete_key(s3_prefix, uid), pending.model_dump_json().encode(), "application/json"
+    )
+
+
+def sweep_pending_deletes(buckets: Buckets, s3_prefix: str, now: datetime) -> int:
+    """Clean every pending prefix whose grants have expired, then drop its record; returns
+    how many were finished. A record that cannot be read is dropped (the lifecycle rule
+    and the expiry of its session's grants bound what it could still hold)."""
+    finished = 0
+    for key, _ in buckets.list_keys(f"{s3_prefix.strip('/')}/{PENDING_DELETES}/"):
+        raw = buckets.get_bytes(key)
+        try:
+            pending = PendingDelete.model_validate_json(raw or b"")
+        except ValidationError:
+            buckets.delete_keys([key])
+            continue
+        if pending.after > now:
+            continue
+        buckets.delete_prefix(pending.prefix)
+        buckets.delete_keys([key])
+        finished += 1
+    return finished
 
 
 def cleanup_delay(retry: int) -> float:

@@ -18,7 +18,6 @@ from pydantic import ValidationError
 
 from stepscope.analysis.merge import MergeError
 from stepscope.api.session_status import Phase, Reason, StatusWindow
-from stepscope.storage import SessionArtifact, session_key
 from stepscope_operator.arming import cancel_captures, capture_id_for
 from stepscope_operator.baselines import compare_with_baseline
 from stepscope_operator.budgets import enforce_rank_budgets
@@ -36,7 +35,12 @@ from stepscope_operator.following import PodObservation, any_capturing, poll_cap
 from stepscope_operator.planning import PlanningError, plan_window
 from stepscope_operator.probing import probe_agents
 from stepscope_operator.queueing import active_sessions, blocking_session
-from stepscope_operator.retention import grants_expire_at, namespace_prefix
+from stepscope_operator.retention import (
+    PendingDelete,
+    grants_expire_at,
+    namespace_prefix,
+    record_pending_delete,
+)
 from stepscope_operator.settings import session_retention
 from stepscope_operator.status import (
     ANALYZED,
@@ -383,19 +387,11 @@ async def collect_and_analyze(
     )
 
 
-class GrantsStillValid(Exception):
-    """The session's prefix was cleaned, but an upload grant still works: clean again after
-    `delay` seconds, so an upload that lands late is deleted too."""
-
-    def __init__(self, message: str, delay: float) -> None:
-        super().__init__(message)
-        self.delay = delay
-
-
 async def cleanup_session(ctx: OperatorContext, body: dict[str, Any], retain: bool) -> str:
     """On delete: cancel armed captures, then delete the session's S3 artifacts unless
-    retained. Returns what was done, for the log; raises GrantsStillValid while a grant
-    could still upload, and any storage error as it is (the finalizer retries both)."""
+    retained; while an upload grant is still valid, leave a pending delete so the prefix
+    is cleaned again after it expires. Returns what was done, for the log; a storage error
+    is raised as it is (the finalizer retries)."""
     view = SessionView.from_body(body)
     record = await asyncio.to_thread(load_record, ctx, view)
     cancelled = {}
@@ -410,13 +406,13 @@ async def cleanup_session(ctx: OperatorContext, body: dict[str, Any], retain: bo
         record.capture_deadline if record else None, ctx.settings.grant_margin_seconds
     )
     if last_grant is not None and ctx.now() < last_grant:
-        # plan.json stays, so the next try still knows when the last grant expires.
-        keep = frozenset({session_key(prefix, SessionArtifact.PLAN)})
-        deleted = await asyncio.to_thread(ctx.buckets.delete_prefix, prefix, keep)
-        raise GrantsStillValid(
-            f"cancelled {len(cancelled)} capture(s); deleted {deleted} object(s); upload "
-            f"grants stay valid until {last_grant.isoformat()}, cleaning again then",
-            delay=(last_grant - ctx.now()).total_seconds() + 1.0,
+        # Recorded before deleting, so no moment exists where a late upload is unaccounted.
+        pending = PendingDelete(prefix=prefix, after=last_grant)
+        await asyncio.to_thread(
+            record_pending_delete, ctx.buckets, ctx.settings.s3_prefix, view.uid, pending
         )
     deleted = await asyncio.to_thread(ctx.buckets.delete_prefix, prefix)
-    return f"cancelled {len(cancelled)} capture(s); deleted {deleted} object(s)"
+    done = f"cancelled {len(cancelled)} capture(s); deleted {deleted} object(s)"
+    if last_grant is not None and ctx.now() < last_grant:
+        done += f"; upload grants stay valid until {last_grant.isoformat()}, cleaned again then"
+    return done

@@ -92,8 +92,7 @@ class Reason(StrEnum):
     # After the end.
     RETENTION_ENDED = "RetentionEnded"
     ARTIFACTS_EXPIRED = "ArtifactsExpired"
-    # Deleting a session: its finalizer waits for these before it lets go.
-    WAITING_FOR_GRANTS = "WaitingForGrants"
+    # Deleting a session: its finalizer holds while storage fails.
     STORAGE_UNAVAILABLE = "StorageUnavailable"
     # Schedules.
     SCHEDULED = "Scheduled"

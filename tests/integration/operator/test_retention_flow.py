@@ -1,7 +1,8 @@
 """Retention that always ends, against the real API server, S3 and operator process:
 an unexpected storage error fails the session naming it, a Failed session expires and
-is swept, a deleted session's finalizer holds until its last upload grant has expired
-(so a late upload is cleaned too), and holds while storage is down, saying so."""
+is swept, a session deleted while its grants are valid has its prefix cleaned again once
+they expire (so a late upload goes too), and its finalizer holds while storage is down,
+saying so."""
 
 from __future__ import annotations
 
@@ -17,7 +18,11 @@ from stepscope_operator.context import SessionRecord
 from stepscope_operator.grants import create_rank_grants
 from stepscope_operator.handlers import CLEANUP, FINALIZER
 from stepscope_operator.planning import WindowPlan
-from stepscope_operator.retention import apply_lifecycle_rule, lifecycle_rule
+from stepscope_operator.retention import (
+    apply_lifecycle_rule,
+    lifecycle_rule,
+    pending_delete_key,
+)
 from stepscope_operator.settings import load_settings
 from support import free_port, wait_until
 from support.operator_helpers import (
@@ -67,6 +72,14 @@ def _apply(local_cluster, namespace: str, name: str, timeout: int, retention: st
     local_cluster.kubectl("apply", "-f", "-", input=json.dumps(body))
     wait_until(lambda: get_session(local_cluster, namespace, name), 10, "session created")
     return get_session(local_cluster, namespace, name)
+
+
+def _wait_for_finalizer(local_cluster, namespace: str, name: str) -> None:
+    def has_it() -> bool:
+        body = get_session(local_cluster, namespace, name) or {"metadata": {}}
+        return FINALIZER in body["metadata"].get("finalizers", [])
+
+    wait_until(has_it, 30, f"the finalizer on {name}")
 
 
 def _condition(body: dict, type_: str) -> dict | None:
@@ -161,25 +174,22 @@ def test_a_delete_during_uploads_leaves_an_empty_prefix_once_grants_expire(
     trace.write_bytes(b"t" * 5000)
     upload_file(trace, grants.summary)
 
-    local_cluster.kubectl("delete", "profilesession", "in-flight", "-n", namespace, "--wait=false")
-    wait_until(
-        lambda: _condition(get_session(local_cluster, namespace, "in-flight") or {}, CLEANUP),
-        30,
-        "the Cleanup condition",
-    )
-    held = get_session(local_cluster, namespace, "in-flight")
-    assert FINALIZER in held["metadata"]["finalizers"]
-    assert _condition(held, CLEANUP)["reason"] == "WaitingForGrants"
-    # An upload still in flight lands after the first clean-up, with a grant still valid.
+    _wait_for_finalizer(local_cluster, namespace, "in-flight")
+    # The delete does not wait for the grants: the session goes at once...
+    local_cluster.kubectl("delete", "profilesession", "in-flight", "-n", namespace, "--timeout=30s")
+    assert _keys(local_cluster, prefix) == []
+    pending = pending_delete_key("stepscope", body["metadata"]["uid"])
+    assert _keys(local_cluster, pending) == [pending]
+    # ...and an upload still in flight lands afterwards, with a grant still valid...
     upload_file(trace, grants.trace)
-    assert prefix + "rank-0/trace.json.gz" in _keys(local_cluster, prefix)
+    assert _keys(local_cluster, prefix) == [prefix + "rank-0/trace.json.gz"]
+    # ...and is deleted once the grants have expired.
     wait_until(
-        lambda: get_session(local_cluster, namespace, "in-flight") is None,
-        margin + 30,
-        "the finalizer to let go after the last grant expired",
+        lambda: not _keys(local_cluster, prefix) and not _keys(local_cluster, pending),
+        margin + 45,
+        "the pending delete after the last grant expired",
     )
     assert datetime.now(UTC) >= deadline + timedelta(seconds=margin)
-    assert _keys(local_cluster, prefix) == []
 
 
 def test_storage_down_during_delete_keeps_the_finalizer_and_says_so(
@@ -190,14 +200,7 @@ def test_storage_down_during_delete_keeps_the_finalizer_and_says_so(
     _apply(local_cluster, namespace, "stranded", timeout=300)
     # The session cannot read its plan either (a transient error, retried); it still has
     # the finalizer, which is what deleting it meets.
-    wait_until(
-        lambda: (
-            FINALIZER
-            in get_session(local_cluster, namespace, "stranded")["metadata"].get("finalizers", [])
-        ),
-        30,
-        "the finalizer",
-    )
+    _wait_for_finalizer(local_cluster, namespace, "stranded")
     local_cluster.kubectl("delete", "profilesession", "stranded", "-n", namespace, "--wait=false")
     wait_until(
         lambda: _condition(get_session(local_cluster, namespace, "stranded") or {}, CLEANUP),
