@@ -5,7 +5,7 @@ success: a Failed session's plan and partial uploads expire like a report does.
 No artifact may expire while an upload grant is still valid, or a late upload would
 land after the clean-up and stay forever: the expiry is never before the last grant's
 (the capture deadline plus the grant margin). A session deleted before then is cleaned
-at once and leaves a pending delete (`pending-deletes/<uid>.json` under the operator's
+at once and leaves a pending delete (`.pending-deletes/<uid>.json` under the operator's
 prefix) naming its prefix and that time; the operator's sweep cleans the prefix again
 once the grants have expired, so a late upload goes too, and only then drops the
 record. The session object need not wait: a finalizer holding for the rest of a
@@ -30,7 +30,7 @@ from stepscope_operator.buckets import Buckets
 from stepscope_operator.errors import describe_exception
 
 LIFECYCLE_RULE_ID = "stepscope-retention"
-PENDING_DELETES = "pending-deletes"
+PENDING_DELETES = ".pending-deletes"
 # How often the operator looks for pending deletes whose grants have expired.
 PENDING_DELETE_SWEEP_SECONDS = 20.0
 # Back-off of a finalizer that cannot reach storage: 5 s, doubling, at most 5 minutes.
@@ -72,7 +72,7 @@ class PendingDelete(BaseModel):
 
 
 def pending_delete_key(s3_prefix: str, uid: str) -> str:
-    # Namespaces cannot start with a dot or contain one here, so no session prefix clashes.
+    # A namespace name is a DNS label and has no dot, so no session prefix clashes with it.
     return f"{s3_prefix.strip('/')}/{PENDING_DELETES}/{uid}.json"
 
 
