@@ -45,7 +45,7 @@ FINALIZER = f"{GROUP}/cleanup"
 # Set to "true" on a session to keep its artifacts in S3 after the session is deleted.
 RETAIN_ANNOTATION = f"{GROUP}/retain-artifacts"
 ARTIFACTS_EXPIRED = "ArtifactsExpired"
-# False while a deleted session's finalizer holds (storage down, grants still valid).
+# False while a deleted session's finalizer holds because storage fails.
 CLEANUP = "Cleanup"
 # The check itself is free (the `when` filter reads the object kopf already has); only an
 # expired session costs S3 calls, so checking often keeps expiry close to expiresAt.

@@ -35,12 +35,8 @@ from stepscope_operator.following import PodObservation, any_capturing, poll_cap
 from stepscope_operator.planning import PlanningError, plan_window
 from stepscope_operator.probing import probe_agents
 from stepscope_operator.queueing import active_sessions, blocking_session
-from stepscope_operator.retention import (
-    PendingDelete,
-    grants_expire_at,
-    namespace_prefix,
-    record_pending_delete,
-)
+from stepscope_operator.quota import within_quota
+from stepscope_operator.retention import PendingDelete, grants_expire_at, record_pending_delete
 from stepscope_operator.settings import session_retention
 from stepscope_operator.status import (
     ANALYZED,
@@ -163,27 +159,6 @@ async def wait_for_turn(
             await writer.enter(Phase.PENDING, reason, message)
             waiting_for = message
         await stopped.wait(ctx.settings.poll_interval_seconds)
-    return False
-
-
-async def within_quota(ctx: OperatorContext, view: SessionView, writer: StatusWriter) -> bool:
-    """False (and the session Failed) when its namespace already stores its byte quota.
-
-    Failing rather than waiting: space comes back only when older sessions expire, which
-    is days away, not within the session's timeout."""
-    quota = ctx.settings.namespace_quota_bytes
-    if quota is None:
-        return True
-    prefix = namespace_prefix(ctx.settings.s3_prefix, view.namespace)
-    used = sum(size for _, size in await asyncio.to_thread(ctx.buckets.list_keys, prefix))
-    if used < quota:
-        return True
-    await writer.fail(
-        Reason.NAMESPACE_OVER_QUOTA,
-        f"namespace {view.namespace} stores {used} bytes of artifacts, at or over its quota "
-        f"of {quota} (STEPSCOPE_NAMESPACE_QUOTA_BYTES); delete old ProfileSessions or "
-        "shorten spec.artifacts.retention",
-    )
     return False
 
 
