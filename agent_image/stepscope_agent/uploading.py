@@ -127,6 +127,8 @@ def _request(method: str, url: str, body: bytes):
 
 
 def _with_retries(action, what: str):
+    # The storage server's words come before the key: status clips long reasons, and the
+    # key (which can be long) is the part a person needs least.
     delay = FIRST_BACKOFF_S
     last_error = ""
     for attempt in range(1, ATTEMPTS + 1):
@@ -137,14 +139,15 @@ def _with_retries(action, what: str):
             last_error = f"HTTP {error.code}: {detail}"
             if 400 <= error.code < 500 and error.code not in (408, 429):
                 raise UploadError(
-                    f"storage refused {what}: {last_error}", FailureCode.UPLOAD_REFUSED
+                    f"storage refused the upload: {last_error} ({what})",
+                    FailureCode.UPLOAD_REFUSED,
                 ) from None
         except (urllib.error.URLError, OSError) as error:
             last_error = str(getattr(error, "reason", error))
         if attempt < ATTEMPTS:
             time.sleep(delay)
             delay *= 2
-    raise UploadError(f"could not upload {what} after {ATTEMPTS} attempts: {last_error}")
+    raise UploadError(f"could not upload after {ATTEMPTS} attempts: {last_error} ({what})")
 
 
 def _s3_error(document: bytes) -> str:
