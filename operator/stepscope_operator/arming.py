@@ -84,12 +84,11 @@ async def arm_pod(
                 expires_in,
                 now,
                 settings.max_bytes_per_rank,
-                settings.multipart_part_bytes,
             )
             for target in pod_targets
         ]
 
-    # Starting multipart uploads talks to S3; keep it off the event loop.
+    # Signing many grants is CPU work; keep it off the event loop.
     grants = await asyncio.to_thread(grants_for_pod)
     request = build_capture_request(
         capture_id, plan, tier, deadline, pod_targets, grants, settings.max_bytes_per_rank

@@ -54,27 +54,46 @@ class Buckets:
 
     def abort_incomplete_uploads(self, prefix: str) -> int:
         """Abort multipart uploads under `prefix` that were granted but never completed,
-        so their parts stop occupying the bucket."""
-        aborted = 0
-        answer = self.client.list_multipart_uploads(Bucket=self.bucket, Prefix=prefix)
-        for upload in answer.get("Uploads", []):
-            self.client.abort_multipart_upload(
-                Bucket=self.bucket, Key=upload["Key"], UploadId=upload["UploadId"]
-            )
-            aborted += 1
-        return aborted
+        so their parts stop occupying the bucket; returns how many.
 
-    def delete_prefix(self, prefix: str) -> int:
-        """Delete every object (and pending upload) under `prefix`; returns objects deleted."""
-        if not prefix.endswith("/"):
-            raise ValueError(f"refusing to delete prefix {prefix!r}: it must end with '/'")
-        self.abort_incomplete_uploads(prefix)
-        keys = [key for key, _ in self.list_keys(prefix)]
+        A listing answers at most 1000 uploads. Rather than paging with markers, the first
+        page is listed again after each round of aborts until none is left: versitygw
+        refuses its own next-page markers (backend/mp-lister.go looks the upload-id marker
+        up only among keys after the key marker, which excludes the marker's own key), and
+        aborting while paging would remove the upload a marker names on any server."""
+        aborted: set[str] = set()
+        while True:
+            page = self.client.list_multipart_uploads(Bucket=self.bucket, Prefix=prefix)
+            uploads = page.get("Uploads", [])
+            for upload in uploads:
+                if upload["UploadId"] in aborted:
+                    raise RuntimeError(
+                        f"upload {upload['UploadId']} of {upload['Key']} is still listed "
+                        "after it was aborted"
+                    )
+                self.client.abort_multipart_upload(
+                    Bucket=self.bucket, Key=upload["Key"], UploadId=upload["UploadId"]
+                )
+                aborted.add(upload["UploadId"])
+            if not uploads or not page.get("IsTruncated"):
+                return len(aborted)
+
+    def delete_keys(self, keys: list[str]) -> None:
+        # DeleteObjects takes at most 1000 keys a call.
         for start in range(0, len(keys), 1000):
             chunk = keys[start : start + 1000]
             self.client.delete_objects(
                 Bucket=self.bucket, Delete={"Objects": [{"Key": k} for k in chunk], "Quiet": True}
             )
+
+    def delete_prefix(self, prefix: str, keep: frozenset[str] = frozenset()) -> int:
+        """Delete every object (and pending upload) under `prefix` but those in `keep`;
+        returns objects deleted."""
+        if not prefix.endswith("/"):
+            raise ValueError(f"refusing to delete prefix {prefix!r}: it must end with '/'")
+        self.abort_incomplete_uploads(prefix)
+        keys = [key for key, _ in self.list_keys(prefix) if key not in keep]
+        self.delete_keys(keys)
         return len(keys)
 
 

@@ -3,23 +3,26 @@ session object, its persisted plan, and the one place that writes its status."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 import aiohttp
+from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import BaseModel
 
 from stepscope.api.session import ProfileSessionSpec, describe_target
-from stepscope.api.session_status import Phase, ProfileSessionStatus, Reason
+from stepscope.api.session_status import Phase, ProfileSessionStatus, Reason, StatusArtifacts
 from stepscope.storage import SessionArtifact, session_key, session_prefix
 from stepscope_operator.agent_client import AgentClient
 from stepscope_operator.buckets import Buckets
 from stepscope_operator.kubeapi import KubeApi
 from stepscope_operator.metrics import SESSIONS_FINISHED
 from stepscope_operator.planning import WindowPlan
-from stepscope_operator.settings import OperatorSettings
+from stepscope_operator.retention import final_artifacts, grants_expire_at
+from stepscope_operator.settings import OperatorSettings, session_retention
 from stepscope_operator.status import READY, is_final, phase_event, ready_condition, set_condition
 from stepscope_operator.target_kinds import TargetAdapter, TargetKind, adapter_for
 from stepscope_operator.targets import RankTarget
@@ -157,6 +160,10 @@ class StatusWriter:
         status, reason, message)."""
         now = self.ctx.now()
         changed = phase != self.status.phase
+        if is_final(phase):
+            fields["artifacts"] = await self._expiring_artifacts(
+                fields.get("artifacts", self.status.artifacts), now
+            )
         ready_status, ready_reason, ready_message = ready_condition(phase, reason, message)
         generation = self.view.generation
         updated = set_condition(
@@ -191,6 +198,28 @@ class StatusWriter:
         if changed:
             kind, event_reason, event_message = phase_event(phase, ready_message)
             await self.ctx.kube.post_event(self.view.body, kind, event_reason, event_message)
+
+    async def _expiring_artifacts(
+        self, current: StatusArtifacts | None, now: datetime
+    ) -> StatusArtifacts | None:
+        """The artifacts with an expiry, for any final phase that stored something: the
+        retention from now, but never before the last upload grant expires."""
+        settings = self.ctx.settings
+        prefix = self.view.prefix(settings)
+        try:
+            stored = await asyncio.to_thread(self.ctx.buckets.list_keys, prefix)
+            record = await asyncio.to_thread(load_record, self.ctx, self.view) if stored else None
+        except (BotoCoreError, ClientError):
+            # Storage trouble must not block the final write; the sweep retries later.
+            stored, record = None, None
+        retention = session_retention(
+            self.view.spec.artifacts.retention, settings.default_retention
+        )
+        last_grant = grants_expire_at(
+            record.capture_deadline if record else None, settings.grant_margin_seconds
+        )
+        expires_at = max(filter(None, (now + retention, last_grant)))
+        return final_artifacts(current, stored, settings.s3_bucket, prefix, expires_at)
 
     async def fail(self, reason: Reason, message: str, condition_type: str | None = None) -> None:
         conditions = ((condition_type, "False", reason, message),) if condition_type else ()

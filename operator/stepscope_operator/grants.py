@@ -1,23 +1,32 @@
-"""Short-lived, key-scoped grants for the agents and the analysis Job (DESIGN §5).
+"""Short-lived, key-scoped, size-bound grants for the agents and the analysis Job (DESIGN §5).
 
-Agents and the analysis Job hold no storage credentials. For each rank and artifact the operator
-presigns exactly the request the agent needs: a PUT for the small JSON files,
-and a multipart upload (one presigned URL per part plus the completion URL)
-for the trace, whose part count caps its size at the rank's byte budget. The
-analysis Job gets presigned GETs of its inputs the same way. Every URL expires
-shortly after the deadline of the work it is for.
+Agents and the analysis Job hold no storage credentials. For each rank and artifact the
+operator presigns exactly one request: a POST whose signed policy names the key and a
+content-length-range, so the storage server itself refuses a file over the rank's byte
+budget (the trace) or over what the operator will ever read (the JSON files). The analysis
+Job gets presigned GETs of its inputs and size-bound POSTs for its outputs the same way.
+Every grant expires shortly after the deadline of the work it is for.
+
+Why POST and not PUT: a presigned PUT binds a size only by signing the
+Content-Length header, which needs the exact size when the grant is made, and
+the agent learns its trace's size only after the window. A policy's range needs
+no exact size. `put_grant` (with an exact size) and `multipart_grant` (every part
+signed with its exact size) stay for uploads whose sizes are known up front.
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from stepscope.api.agent import ArtifactGrant, MultipartGrant, RankGrants
+from stepscope.api.agent import ArtifactGrant, MultipartGrant, PostGrant, RankGrants
 from stepscope.storage import RankArtifact, rank_key
 from stepscope_operator.buckets import Buckets
 
 # SigV4 presigned URLs cannot live longer than seven days.
 MAX_PRESIGN_SECONDS = 7 * 24 * 3600
+# The most bytes a rank's counters, summary or steps JSON may have; the operator reads no
+# more than this of them either (collecting.MAX_STORED_JSON_BYTES).
+MAX_JSON_ARTIFACT_BYTES = 8 * 1024 * 1024
 _CONTENT_TYPES = {
     RankArtifact.TRACE: "application/gzip",
     RankArtifact.COUNTERS: "application/json",
@@ -32,27 +41,56 @@ def grant_lifetime(deadline: datetime, now: datetime, margin_seconds: float) -> 
     return max(1, min(seconds, MAX_PRESIGN_SECONDS))
 
 
-def put_grant(buckets: Buckets, key: str, expires_in: int, now: datetime) -> ArtifactGrant:
+def put_grant(
+    buckets: Buckets, key: str, expires_in: int, now: datetime, size_bytes: int
+) -> ArtifactGrant:
+    """A PUT of exactly `size_bytes`: Content-Length is a signed header, so the storage
+    server refuses any other size (SignatureDoesNotMatch)."""
     url = buckets.presigner.generate_presigned_url(
-        "put_object", Params={"Bucket": buckets.bucket, "Key": key}, ExpiresIn=expires_in
+        "put_object",
+        Params={"Bucket": buckets.bucket, "Key": key, "ContentLength": size_bytes},
+        ExpiresIn=expires_in,
     )
     return ArtifactGrant(key=key, expires_at=now + timedelta(seconds=expires_in), put_url=url)
 
 
-def multipart_grant(
-    buckets: Buckets, key: str, expires_in: int, now: datetime, budget_bytes: int, part_bytes: int
+def post_grant(
+    buckets: Buckets, key: str, expires_in: int, now: datetime, max_bytes: int, content_type: str
 ) -> ArtifactGrant:
-    """Start a multipart upload and presign its parts; the part count caps the size."""
-    parts = budget_bytes // part_bytes
+    """A POST upload of at most `max_bytes` to exactly `key` (the policy says `eq $key`)."""
+    form = buckets.presigner.generate_presigned_post(
+        buckets.bucket,
+        key,
+        Fields={"Content-Type": content_type},
+        Conditions=[{"Content-Type": content_type}, ["content-length-range", 0, max_bytes]],
+        ExpiresIn=expires_in,
+    )
+    return ArtifactGrant(
+        key=key,
+        expires_at=now + timedelta(seconds=expires_in),
+        post=PostGrant(url=form["url"], fields=form["fields"], max_bytes=max_bytes),
+    )
+
+
+def multipart_grant(
+    buckets: Buckets, key: str, expires_in: int, now: datetime, size_bytes: int, part_bytes: int
+) -> ArtifactGrant:
+    """Start a multipart upload of exactly `size_bytes` and presign its parts, each with its
+    exact size signed (full parts, then the remainder), so no part can carry more."""
+    sizes = [part_bytes] * (size_bytes // part_bytes)
+    if size_bytes % part_bytes or not sizes:
+        sizes.append(size_bytes % part_bytes)
     upload = buckets.client.create_multipart_upload(
         Bucket=buckets.bucket, Key=key, ContentType=_CONTENT_TYPES[RankArtifact.TRACE]
     )
     common = {"Bucket": buckets.bucket, "Key": key, "UploadId": upload["UploadId"]}
     part_urls = [
         buckets.presigner.generate_presigned_url(
-            "upload_part", Params={**common, "PartNumber": number}, ExpiresIn=expires_in
+            "upload_part",
+            Params={**common, "PartNumber": number, "ContentLength": size},
+            ExpiresIn=expires_in,
         )
-        for number in range(1, parts + 1)
+        for number, size in enumerate(sizes, start=1)
     ]
     complete_url = buckets.presigner.generate_presigned_url(
         "complete_multipart_upload", Params=common, ExpiresIn=expires_in
@@ -77,21 +115,20 @@ def create_rank_grants(
     expires_in: int,
     now: datetime,
     budget_bytes: int,
-    part_bytes: int,
 ) -> RankGrants:
-    """All four grants of one rank. Ranks that take no trace get a plain PUT for it, so no
-    multipart upload is left open for a file that never comes."""
+    """All four grants of one rank, each a size-bound POST. A rank that takes no trace gets
+    a trace grant for zero bytes: it uploads no trace, and nothing else fits under it."""
+
+    def grant(artifact: RankArtifact, max_bytes: int) -> ArtifactGrant:
+        key = rank_key(session_prefix, rank, artifact)
+        return post_grant(buckets, key, expires_in, now, max_bytes, _CONTENT_TYPES[artifact])
+
+    json_bytes = min(budget_bytes, MAX_JSON_ARTIFACT_BYTES)
     grants = {
-        artifact.name.lower(): put_grant(
-            buckets, rank_key(session_prefix, rank, artifact), expires_in, now
-        )
+        artifact.name.lower(): grant(artifact, json_bytes)
         for artifact in (RankArtifact.COUNTERS, RankArtifact.SUMMARY, RankArtifact.STEPS)
     }
-    trace_key = rank_key(session_prefix, rank, RankArtifact.TRACE)
-    if takes_trace and budget_bytes >= part_bytes:
-        trace = multipart_grant(buckets, trace_key, expires_in, now, budget_bytes, part_bytes)
-    else:
-        trace = put_grant(buckets, trace_key, expires_in, now)
+    trace = grant(RankArtifact.TRACE, budget_bytes if takes_trace else 0)
     return RankGrants(rank=rank, trace=trace, **grants)
 
 

@@ -3,7 +3,9 @@
 A daemon per unfinished session drives it to a final phase; kopf restarts the
 daemons when the operator restarts, and the phase persisted in status says
 where each one resumes. The delete handler is the finalizer: it cancels armed
-captures and deletes the session's artifacts. A timer sweeps expired artifacts.
+captures and deletes the session's artifacts (leaving a pending delete while an upload
+grant is still valid, swept by a background task) and retries storage errors with
+back-off, never letting go on them (see retention.py). A timer sweeps expired artifacts.
 """
 
 from __future__ import annotations
@@ -16,13 +18,23 @@ from typing import Any
 
 import aiohttp
 import kopf
+from botocore.exceptions import BotoCoreError, ClientError
 
 from stepscope.api.session import GROUP, VERSION
 from stepscope.api.session_status import Reason
 from stepscope_operator.buckets import connect_buckets
 from stepscope_operator.context import OperatorContext, SessionView, StatusWriter
+from stepscope_operator.errors import describe_exception
 from stepscope_operator.kubeapi import KubeApi, load_api_client
 from stepscope_operator.metrics import serve_metrics
+from stepscope_operator.retention import (
+    CLEANUP_FIRST_DELAY_SECONDS,
+    PENDING_DELETE_SWEEP_SECONDS,
+    apply_lifecycle_rule,
+    cleanup_delay,
+    lifecycle_rule,
+    sweep_pending_deletes,
+)
 from stepscope_operator.schedule_flow import reconcile_schedule
 from stepscope_operator.session_flow import cleanup_session, run_session
 from stepscope_operator.settings import load_settings
@@ -33,7 +45,11 @@ FINALIZER = f"{GROUP}/cleanup"
 # Set to "true" on a session to keep its artifacts in S3 after the session is deleted.
 RETAIN_ANNOTATION = f"{GROUP}/retain-artifacts"
 ARTIFACTS_EXPIRED = "ArtifactsExpired"
-EXPIRY_SWEEP_SECONDS = 300.0
+# False while a deleted session's finalizer holds because storage fails.
+CLEANUP = "Cleanup"
+# The check itself is free (the `when` filter reads the object kopf already has); only an
+# expired session costs S3 calls, so checking often keeps expiry close to expiresAt.
+EXPIRY_SWEEP_SECONDS = 20.0
 # Cron has minute resolution; checking schedules a few times a minute is on time enough.
 SCHEDULE_SYNC_SECONDS = 15.0
 
@@ -56,14 +72,23 @@ async def configure(
     api_client = load_api_client()
     if operator_settings.metrics_port:
         serve_metrics(operator_settings.metrics_port)
+    buckets = connect_buckets(operator_settings)
+    if operator_settings.s3_lifecycle_rule:
+        rule = lifecycle_rule(
+            operator_settings.s3_prefix,
+            operator_settings.s3_lifecycle_abort_days,
+            operator_settings.s3_lifecycle_max_age_days,
+        )
+        logger.info(await asyncio.to_thread(apply_lifecycle_rule, buckets, rule))
     http = aiohttp.ClientSession()
     memo.http = http
     memo.ctx = OperatorContext(
         settings=operator_settings,
         kube=KubeApi(api_client),
         http=http,
-        buckets=connect_buckets(operator_settings),
+        buckets=buckets,
     )
+    memo.sweeper = asyncio.create_task(sweep_deleted_sessions(memo.ctx, logger))
     logger.info(
         "stepscope operator: bucket %s, prefix %s, watching %s",
         operator_settings.s3_bucket,
@@ -72,8 +97,27 @@ async def configure(
     )
 
 
+async def sweep_deleted_sessions(ctx: OperatorContext, logger: logging.Logger) -> None:
+    """Forever: clean the prefixes of deleted sessions whose last grant has expired."""
+    while True:
+        try:
+            finished = await asyncio.to_thread(
+                sweep_pending_deletes, ctx.buckets, ctx.settings.s3_prefix, ctx.now()
+            )
+            if finished:
+                logger.info(
+                    "cleaned %d deleted session prefix(es) after their grants expired", finished
+                )
+        except (BotoCoreError, ClientError, RuntimeError) as exc:
+            # Storage down: the records stay, and the next round tries again.
+            logger.warning("pending deletes not swept: %s", describe_exception(exc))
+        await asyncio.sleep(PENDING_DELETE_SWEEP_SECONDS)
+
+
 @kopf.on.cleanup()
 async def close_clients(memo: kopf.Memo, **_: Any) -> None:
+    if getattr(memo, "sweeper", None) is not None:
+        memo.sweeper.cancel()
     if getattr(memo, "http", None) is not None:
         await memo.http.close()
 
@@ -104,8 +148,9 @@ async def session_daemon(
         raise
     except Exception as exc:
         view = SessionView.from_body(raw)
-        # A transient failure (API server, S3) is retried from the persisted phase; past
-        # every deadline the session could still meet, it ends instead of looping forever.
+        # Only transient failures get here (run_session ends the session on any other): they
+        # are retried from the persisted phase; past every deadline the session could still
+        # meet, it ends instead of looping forever.
         timeout = view.spec.window.timeout_seconds
         give_up = view.created + timedelta(
             seconds=2 * timeout + ctx.settings.collect_reserve_seconds + 60
@@ -113,7 +158,8 @@ async def session_daemon(
         if ctx.now() > give_up:
             logger.exception("session failed for good")
             await StatusWriter(ctx, view).fail(
-                Reason.OPERATOR_ERROR, f"gave up after repeated errors: {exc}"
+                Reason.UNEXPECTED_ERROR,
+                f"gave up after repeated transient errors, the last: {describe_exception(exc)}",
             )
             return
         logger.warning("session step failed, retrying: %s", exc)
@@ -122,12 +168,39 @@ async def session_daemon(
         ) from exc
 
 
-@kopf.on.delete(GROUP, VERSION, PLURAL, retries=5, backoff=10)
+# No retry limit: the finalizer lets go only once the artifacts are gone (or retained),
+# never because storage stayed down; each try says on the session why it holds.
+@kopf.on.delete(GROUP, VERSION, PLURAL, backoff=CLEANUP_FIRST_DELAY_SECONDS)
 async def session_delete(
-    body: kopf.Body, memo: kopf.Memo, logger: logging.Logger, **_: Any
+    body: kopf.Body, memo: kopf.Memo, logger: logging.Logger, retry: int, **_: Any
 ) -> None:
+    ctx: OperatorContext = memo.ctx
+    raw = copy.deepcopy(dict(body))
     retain = (body.metadata.annotations or {}).get(RETAIN_ANNOTATION) == "true"
-    logger.info(await cleanup_session(memo.ctx, copy.deepcopy(dict(body)), retain))
+    try:
+        logger.info(await cleanup_session(ctx, raw, retain))
+    except Exception as exc:
+        delay = cleanup_delay(retry)
+        message = (
+            f"cannot delete the artifacts ({describe_exception(exc)}); the finalizer holds "
+            f"and tries again in {delay:.0f}s"
+        )
+        await report_cleanup(ctx, raw, "Warning", Reason.STORAGE_UNAVAILABLE, message)
+        raise kopf.TemporaryError(message, delay=delay) from exc
+
+
+async def report_cleanup(
+    ctx: OperatorContext, body: dict[str, Any], kind: str, reason: Reason, message: str
+) -> None:
+    """Why the finalizer still holds: the Cleanup condition and an Event."""
+    view = SessionView.from_body(body)
+    conditions = set_condition(
+        view.status.conditions, CLEANUP, "False", reason, message, view.generation, ctx.now()
+    )
+    await ctx.kube.patch_session_status(
+        view.namespace, view.name, {"conditions": [c.to_wire() for c in conditions]}
+    )
+    await ctx.kube.post_event(view.body, kind, reason, message)
 
 
 def _expiring(status: kopf.Status, **_: Any) -> bool:

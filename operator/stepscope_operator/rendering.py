@@ -35,7 +35,7 @@ from stepscope_operator.analysis_job import (
     pod_failure,
 )
 from stepscope_operator.buckets import Buckets
-from stepscope_operator.grants import get_url, grant_lifetime, multipart_grant, put_grant
+from stepscope_operator.grants import get_url, grant_lifetime, post_grant
 from stepscope_operator.kubeapi import KubeApi
 from stepscope_operator.settings import OperatorSettings
 
@@ -47,6 +47,12 @@ ARTIFACTS_RENDERED = "ArtifactsRendered"
 # Job controller to mark it failed, before the operator stops waiting and deletes it.
 WAIT_GRACE_SECONDS = 60.0
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+
+# What the storage server lets the analysis Job write (its grants are size-bound POSTs):
+# the all-ranks track of 1024 ranks is under 4 MB, and the report, built from the job
+# summary alone, stays far under 64 MiB.
+MERGED_TRACK_ROOM_BYTES = 8 * 1024 * 1024
+MAX_REPORT_BYTES = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -97,16 +103,14 @@ def _write_plan(
     merged = None
     if selection.chosen:
         # The merged trace is about the chosen traces' size once compressed again, plus
-        # the all-ranks track; twice the budget and one part more leaves room for both.
-        part = settings.multipart_part_bytes
-        capacity = 2 * settings.merged_trace_budget_bytes + part
-        merged = multipart_grant(
+        # the all-ranks track; twice the budget and some room more bounds both.
+        merged = post_grant(
             buckets,
             session_key(prefix, SessionArtifact.MERGED_TRACE),
             lifetime,
             now,
-            capacity,
-            part,
+            2 * settings.merged_trace_budget_bytes + MERGED_TRACK_ROOM_BYTES,
+            "application/gzip",
         )
     result_key = session_key(prefix, SessionArtifact.ANALYSIS_RESULT)
     buckets.client.delete_object(Bucket=buckets.bucket, Key=result_key)
@@ -116,8 +120,15 @@ def _write_plan(
         selection,
         trace_urls,
         merged,
-        put_grant(buckets, session_key(prefix, SessionArtifact.REPORT), lifetime, now),
-        put_grant(buckets, result_key, lifetime, now),
+        post_grant(
+            buckets,
+            session_key(prefix, SessionArtifact.REPORT),
+            lifetime,
+            now,
+            MAX_REPORT_BYTES,
+            "text/html; charset=utf-8",
+        ),
+        post_grant(buckets, result_key, lifetime, now, MAX_RESULT_BYTES, "application/json"),
     )
     plan_key = session_key(prefix, SessionArtifact.ANALYSIS_PLAN)
     buckets.put_bytes(plan_key, plan.model_dump_json(by_alias=True).encode(), "application/json")

@@ -20,6 +20,7 @@ from stepscope.analysis.merge import MergeError
 from stepscope.api.session_status import Phase, Reason, StatusWindow
 from stepscope_operator.arming import cancel_captures, capture_id_for
 from stepscope_operator.baselines import compare_with_baseline
+from stepscope_operator.budgets import enforce_rank_budgets
 from stepscope_operator.collecting import (
     gather_summaries,
     merge_job,
@@ -34,11 +35,14 @@ from stepscope_operator.context import (
     load_record,
     save_record,
 )
+from stepscope_operator.errors import describe_exception, is_transient
 from stepscope_operator.following import PodObservation, any_capturing, poll_captures
 from stepscope_operator.planning import PlanningError, plan_window
 from stepscope_operator.probing import probe_agents
 from stepscope_operator.queueing import active_sessions, blocking_session
+from stepscope_operator.quota import within_quota
 from stepscope_operator.rendering import SessionIdentity, render_artifacts
+from stepscope_operator.retention import PendingDelete, grants_expire_at, record_pending_delete
 from stepscope_operator.settings import session_retention
 from stepscope_operator.status import (
     ANALYZED,
@@ -56,9 +60,26 @@ from stepscope_operator.window_arming import MISSED_NOTHING, arm_record, replan_
 
 
 async def run_session(ctx: OperatorContext, body: dict[str, Any], stopped: Any) -> None:
-    """Drive the session until it reaches a final phase or the operator stops it."""
+    """Drive the session until it reaches a final phase or the operator stops it.
+
+    An error no phase expects ends the session Failed, naming the phase and the error;
+    only a transient one (errors.is_transient) propagates, for kopf to retry."""
     view = SessionView.from_body(body)
     writer = StatusWriter(ctx, view)
+    try:
+        await drive_session(ctx, view, writer, stopped)
+    except Exception as exc:
+        if is_transient(exc):
+            raise
+        await writer.fail(
+            Reason.UNEXPECTED_ERROR,
+            f"unexpected error in phase {writer.phase}: {describe_exception(exc)}",
+        )
+
+
+async def drive_session(
+    ctx: OperatorContext, view: SessionView, writer: StatusWriter, stopped: Any
+) -> None:
     if is_final(writer.phase):
         return
     if writer.phase == Phase.PENDING and not await wait_for_turn(ctx, view, writer, stopped):
@@ -134,7 +155,7 @@ async def wait_for_turn(
                 ),
             )
         else:
-            return True
+            return await within_quota(ctx, view, writer)
         if ctx.now() > view.created + timeout:
             await writer.fail(
                 Reason.START_TIMEOUT, f"gave up after spec.window.timeoutSeconds: {message}"
@@ -288,12 +309,15 @@ async def collect_and_analyze(
     outcomes = judge_ranks(
         record.targets, observations, record.plan.start_step, record.plan.end_step
     )
+    prefix = view.prefix(ctx.settings)
+    outcomes = await asyncio.to_thread(
+        enforce_rank_budgets, ctx.buckets, prefix, outcomes, ctx.settings.max_bytes_per_rank
+    )
     ranks = tally_ranks(outcomes)
     window = (writer.status.window or StatusWindow()).model_copy(update={"end_time": ctx.now()})
     await writer.enter(Phase.COLLECTING, ranks=ranks, window=window)
     phase, reason, message = final_phase(ranks)
     captured = ((CAPTURED, "True" if ranks.captured else "False", reason, message),)
-    prefix = view.prefix(ctx.settings)
     if phase == Phase.FAILED:
         await asyncio.to_thread(ctx.buckets.abort_incomplete_uploads, prefix)
         await writer.enter(phase, reason, message, conditions=captured)
@@ -369,7 +393,9 @@ async def collect_and_analyze(
 
 async def cleanup_session(ctx: OperatorContext, body: dict[str, Any], retain: bool) -> str:
     """On delete: cancel armed captures, then delete the session's S3 artifacts unless
-    retained. Returns what was done, for the log."""
+    retained; while an upload grant is still valid, leave a pending delete so the prefix
+    is cleaned again after it expires. Returns what was done, for the log; a storage error
+    is raised as it is (the finalizer retries)."""
     view = SessionView.from_body(body)
     record = await asyncio.to_thread(load_record, ctx, view)
     cancelled = {}
@@ -379,5 +405,18 @@ async def cleanup_session(ctx: OperatorContext, body: dict[str, Any], retain: bo
         )
     if retain:
         return f"cancelled {len(cancelled)} capture(s); artifacts retained"
-    deleted = await asyncio.to_thread(ctx.buckets.delete_prefix, view.prefix(ctx.settings))
-    return f"cancelled {len(cancelled)} capture(s); deleted {deleted} object(s)"
+    prefix = view.prefix(ctx.settings)
+    last_grant = grants_expire_at(
+        record.capture_deadline if record else None, ctx.settings.grant_margin_seconds
+    )
+    if last_grant is not None and ctx.now() < last_grant:
+        # Recorded before deleting, so no moment exists where a late upload is unaccounted.
+        pending = PendingDelete(prefix=prefix, after=last_grant)
+        await asyncio.to_thread(
+            record_pending_delete, ctx.buckets, ctx.settings.s3_prefix, view.uid, pending
+        )
+    deleted = await asyncio.to_thread(ctx.buckets.delete_prefix, prefix)
+    done = f"cancelled {len(cancelled)} capture(s); deleted {deleted} object(s)"
+    if last_grant is not None and ctx.now() < last_grant:
+        done += f"; upload grants stay valid until {last_grant.isoformat()}, cleaned again then"
+    return done

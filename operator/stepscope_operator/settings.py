@@ -58,7 +58,6 @@ ENV: dict[str, str] = {
     "grant_margin_seconds": "STEPSCOPE_GRANT_MARGIN_SECONDS",
     "collect_reserve_seconds": "STEPSCOPE_COLLECT_RESERVE_SECONDS",
     "poll_interval_seconds": "STEPSCOPE_POLL_INTERVAL_SECONDS",
-    "multipart_part_bytes": "STEPSCOPE_MULTIPART_PART_BYTES",
     "max_ranks_per_session": "STEPSCOPE_MAX_RANKS_PER_SESSION",
     "max_bytes_per_rank": "STEPSCOPE_MAX_BYTES_PER_RANK",
     "max_concurrent_sessions": "STEPSCOPE_MAX_CONCURRENT_SESSIONS",
@@ -75,6 +74,10 @@ ENV: dict[str, str] = {
     "analysis_job_resources": "STEPSCOPE_ANALYSIS_JOB_RESOURCES",
     "analysis_job_deadline_seconds": "STEPSCOPE_ANALYSIS_JOB_DEADLINE_SECONDS",
     "merged_trace_budget_bytes": "STEPSCOPE_MERGED_TRACE_BUDGET_BYTES",
+    "namespace_quota_bytes": "STEPSCOPE_NAMESPACE_QUOTA_BYTES",
+    "s3_lifecycle_rule": "STEPSCOPE_S3_LIFECYCLE_RULE",
+    "s3_lifecycle_abort_days": "STEPSCOPE_S3_LIFECYCLE_ABORT_DAYS",
+    "s3_lifecycle_max_age_days": "STEPSCOPE_S3_LIFECYCLE_MAX_AGE_DAYS",
 }
 
 DEFAULT_ANALYSIS_JOB_RESOURCES: dict[str, dict[str, str]] = {
@@ -243,12 +246,6 @@ class OperatorSettings(BaseModel):
     poll_interval_seconds: float = Field(
         2.0, gt=0, description="Seconds between capture-progress polls of the agents."
     )
-    multipart_part_bytes: int = Field(
-        16 * 1024 * 1024,
-        ge=5 * 1024 * 1024,
-        description="Bytes per multipart part of a trace upload (S3 requires >= 5 MiB). "
-        "Smaller parts mean more presigned URLs in each arm request.",
-    )
     max_ranks_per_session: int = Field(
         1024,
         ge=1,
@@ -268,6 +265,33 @@ class OperatorSettings(BaseModel):
         "further sessions wait in Pending (each still bound by its timeout).",
     )
 
+    namespace_quota_bytes: int | None = Field(
+        None,
+        ge=1,
+        description="Most bytes of artifacts one namespace may keep in the bucket; a session "
+        "that starts while its namespace holds this much or more ends Failed with reason "
+        "NamespaceOverQuota (delete old sessions or shorten their retention). Unset means no "
+        "quota.",
+    )
+    s3_lifecycle_rule: bool = Field(
+        True,
+        description="Put a lifecycle rule on the bucket at startup (servers that support "
+        "one, see docs/security.md): abort multipart uploads left open, expire objects past "
+        "the maximum age. Other rules on the bucket are kept.",
+    )
+    s3_lifecycle_abort_days: int = Field(
+        1,
+        ge=1,
+        description="Days after which the lifecycle rule aborts an incomplete multipart "
+        "upload; a day outlasts any grant (timeoutSeconds is at most 86400).",
+    )
+    s3_lifecycle_max_age_days: int = Field(
+        366,
+        ge=366,
+        description="Days after which the lifecycle rule deletes any stepscope object: the "
+        "backstop for sessions the operator never cleaned up. At least 366, one day past "
+        "the longest retention a session may ask for.",
+    )
     metrics_port: int | None = Field(
         None,
         ge=1,
@@ -357,6 +381,7 @@ class OperatorSettings(BaseModel):
         "s3_read_endpoint",
         "artifacts_port",
         "artifacts_tls_dir",
+        "namespace_quota_bytes",
         mode="before",
     )
     @classmethod

@@ -212,6 +212,17 @@ class MultipartGrant(WireModel):
         return self.part_size_bytes * len(self.part_urls)
 
 
+class PostGrant(WireModel):
+    """A presigned POST (an S3 "browser upload"): the storage server itself refuses a file
+    larger than `max_bytes`, because the signed policy carries that content-length-range."""
+
+    url: str = Field(description="The bucket URL the form is posted to.")
+    fields: dict[str, str] = Field(
+        description="Form fields to send before the file: key, policy, signature and the rest."
+    )
+    max_bytes: int = Field(ge=0, description="The most bytes the signed policy accepts.")
+
+
 class ArtifactGrant(WireModel):
     """Permission to write exactly one S3 key, for a short time."""
 
@@ -219,11 +230,17 @@ class ArtifactGrant(WireModel):
     expires_at: AwareDatetime
     put_url: str | None = Field(default=None, description="Presigned PUT URL.")
     multipart: MultipartGrant | None = None
+    post: PostGrant | None = Field(
+        default=None, description="Presigned POST whose policy bounds the size."
+    )
 
     @model_validator(mode="after")
     def _exactly_one_way_to_upload(self) -> ArtifactGrant:
-        if (self.put_url is None) == (self.multipart is None):
-            raise ValueError(f"grant for key {self.key!r} needs exactly one of putUrl or multipart")
+        ways = [w for w in (self.put_url, self.multipart, self.post) if w is not None]
+        if len(ways) != 1:
+            raise ValueError(
+                f"grant for key {self.key!r} needs exactly one of putUrl, multipart or post"
+            )
         return self
 
 

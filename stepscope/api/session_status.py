@@ -88,6 +88,9 @@ class Reason(StrEnum):
     ALL_RANKS_CAPTURED = "AllRanksCaptured"
     SOME_RANKS_MISSING = "SomeRanksMissing"
     NO_RANK_CAPTURED = "NoRankCaptured"
+    NAMESPACE_OVER_QUOTA = "NamespaceOverQuota"
+    # An error no phase expected; the message names its type and text.
+    UNEXPECTED_ERROR = "UnexpectedError"
     # The analysis Job (merged trace and report); its failure is a note, not a failed session.
     ANALYSIS_JOB_RUNNING = "AnalysisJobRunning"
     ARTIFACTS_RENDERED = "ArtifactsRendered"
@@ -98,7 +101,8 @@ class Reason(StrEnum):
     RETENTION_ENDED = "RetentionEnded"
     ARTIFACTS_EXPIRED = "ArtifactsExpired"
     ARTIFACT_LINKS_ISSUED = "ArtifactLinksIssued"
-    OPERATOR_ERROR = "OperatorError"
+    # Deleting a session: its finalizer holds while storage fails.
+    STORAGE_UNAVAILABLE = "StorageUnavailable"
     # Schedules.
     SCHEDULED = "Scheduled"
     INVALID_SCHEDULE = "InvalidSchedule"

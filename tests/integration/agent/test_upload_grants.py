@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from stepscope_agent.uploading import UploadError, upload_file
 
-from stepscope.api.agent import ArtifactGrant, MultipartGrant
+from stepscope.api.agent import ArtifactGrant, FailureCode, MultipartGrant, PostGrant
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -73,3 +73,39 @@ def test_multipart_grant_uploads_parts_and_stops_at_its_capacity(local_cluster, 
 
     with pytest.raises(UploadError, match="more than the 5242880 bytes"):
         upload_file(payload, multipart_grant(client, bucket, "grants/small.gz", 1))
+
+
+def post_grant(client, bucket: str, key: str, max_bytes: int, claimed: int) -> ArtifactGrant:
+    """A POST grant whose policy allows `max_bytes`; `claimed` is what it tells the agent,
+    so a grant that lies shows what the storage server does on its own."""
+    form = client.generate_presigned_post(
+        bucket, key, Conditions=[["content-length-range", 0, max_bytes]], ExpiresIn=600
+    )
+    return ArtifactGrant(
+        key=key,
+        expires_at=datetime.now(UTC) + timedelta(minutes=10),
+        post=PostGrant(url=form["url"], fields=form["fields"], max_bytes=claimed),
+    )
+
+
+def test_a_post_grant_streams_the_file_and_storage_refuses_one_over_its_policy(
+    local_cluster, tmp_path
+):
+    client, bucket = local_cluster.s3_client(), local_cluster.s3_bucket
+    payload = tmp_path / "trace.json.gz"
+    payload.write_bytes(os.urandom(PART + 77))
+
+    fits = post_grant(client, bucket, "grants/posted.gz", PART + 77, PART + 77)
+    assert upload_file(payload, fits) == PART + 77
+    stored = client.get_object(Bucket=bucket, Key="grants/posted.gz")["Body"].read()
+    assert stored == payload.read_bytes()
+
+    # The agent checks first: a file over its grant never leaves the pod.
+    with pytest.raises(UploadError, match="more than the 1000 bytes its grant allows") as caught:
+        upload_file(payload, post_grant(client, bucket, "grants/checked.gz", 1000, 1000))
+    assert caught.value.code == FailureCode.OVER_BUDGET
+    # Without that check (the grant claims more than its policy allows), the storage
+    # server itself refuses the upload.
+    with pytest.raises(UploadError, match="storage refused.*EntityTooLarge"):
+        upload_file(payload, post_grant(client, bucket, "grants/lied.gz", 1000, PART * 2))
+    assert "Contents" not in client.list_objects_v2(Bucket=bucket, Prefix="grants/lied")

@@ -37,7 +37,8 @@ from support import free_port, wait_until
 from support.operator_helpers import AGENT_KEYRING, REPO_ROOT
 
 from stepscope.analysis.rank_track import LAG_PID, STEPS_PID
-from stepscope.api.session_status import Reason
+from stepscope.api.agent import FailureCode
+from stepscope.api.session_status import ProfileSessionStatus, Reason
 from stepscope.storage import session_prefix
 
 pytestmark = pytest.mark.integration
@@ -110,38 +111,51 @@ def pod(tmp_path: Path, local_cluster):
             process.kill()
 
 
+async def _plan(client, settings):
+    """Retry while planning says so (no steps yet, or not yet steady), as the flow does."""
+    probe = None
+    for _ in range(240):
+        probe = (await probe_agents(client, {"pipeline-pod": POD_IP}))["pipeline-pod"]
+        if probe.ok and len(probe.status.ranks) == 2:
+            try:
+                plan = plan_window(
+                    [probe], Window, datetime.now(UTC), 1.0, min_steps=settings.plan_min_steps
+                )
+                return plan, probe
+            except PlanningError as exc:
+                assert exc.retry, exc
+        await asyncio.sleep(0.5)
+    raise AssertionError(f"the trainers never reached a plannable step: {probe}")
+
+
+async def _settle(client, capture_id):
+    for _ in range(180):
+        observed = await poll_captures(client, {"pipeline-pod": POD_IP}, capture_id)
+        if observed["pipeline-pod"].settled:
+            return observed
+        await asyncio.sleep(0.5)
+    raise AssertionError(f"capture never settled: {observed}")
+
+
+def _targets():
+    return [
+        RankTarget(rank=r, pod="pipeline-pod", namespace="ns", pod_ip=POD_IP, node="n0")
+        for r in (0, 1)
+    ]
+
+
 def test_capture_pipeline_from_probe_to_published_artifacts(local_cluster, pod, analysis_session):
     kube, session = analysis_session
     settings = load_settings(dict(local_cluster.env(), STEPSCOPE_POLL_INTERVAL_SECONDS="0.5"))
     buckets = connect_buckets(settings)
     prefix = session_prefix("stepscope-it", session.namespace, session.name, session.uid)
-    targets = [
-        RankTarget(rank=r, pod="pipeline-pod", namespace="ns", pod_ip=POD_IP, node="n0")
-        for r in (0, 1)
-    ]
+    targets = _targets()
 
     async def run():
         async with aiohttp.ClientSession() as http:
             client = AgentClient(http, AGENT_KEYRING, "ns", pod, timeout_s=3)
 
-            # Retry while planning says so (no steps yet, or not yet steady), as the flow does.
-            plan = probe = None
-            for _ in range(240):
-                probe = (await probe_agents(client, {"pipeline-pod": POD_IP}))["pipeline-pod"]
-                if probe.ok and len(probe.status.ranks) == 2:
-                    try:
-                        plan = plan_window(
-                            [probe],
-                            Window,
-                            datetime.now(UTC),
-                            1.0,
-                            min_steps=settings.plan_min_steps,
-                        )
-                        break
-                    except PlanningError as exc:
-                        assert exc.retry, exc
-                await asyncio.sleep(0.5)
-            assert plan, f"the trainers never reached a plannable step: {probe}"
+            plan, probe = await _plan(client, settings)
             assert abs(probe.clock_offset_s) < 0.5 and probe.rtt_s < 1
             now = datetime.now(UTC)
             capture_id = capture_id_for("pipeline", "0123abcd")
@@ -172,12 +186,7 @@ def test_capture_pipeline_from_probe_to_published_artifacts(local_cluster, pod, 
                 targets,
             )
             assert again.capture_id == capture_id
-            for _ in range(180):
-                observed = await poll_captures(client, {"pipeline-pod": POD_IP}, capture_id)
-                if observed["pipeline-pod"].settled:
-                    return plan, observed
-                await asyncio.sleep(0.5)
-            raise AssertionError(f"capture never settled: {observed}")
+            return plan, await _settle(client, capture_id)
 
     plan, observed = asyncio.run(run())
     outcomes = judge_ranks(targets, observed, plan.start_step, plan.end_step)
@@ -241,3 +250,38 @@ def _assert_job_pod_holds_no_storage_credentials(local_cluster, session) -> None
         local_cluster.kubectl("get", "jobs", "-n", session.namespace, "-o", "json").stdout
     )["items"][0]["metadata"]["ownerReferences"][0]
     assert (owner["kind"], owner["uid"]) == ("ProfileSession", session.uid)
+
+
+def test_an_upload_refused_with_a_long_error_fails_the_session_naming_it(local_cluster, pod):
+    # Grants for a bucket that does not exist: the storage server refuses every upload, and
+    # the agent's error quotes the long object key, well past the status's 128 characters.
+    settings = load_settings(dict(local_cluster.env(), STEPSCOPE_S3_BUCKET="stepscope-missing"))
+    buckets = connect_buckets(settings)
+    prefix = session_prefix("stepscope-it", "ns", "a-long-session-name-" * 3 + "x", "f" * 32)
+    targets = _targets()
+
+    async def run():
+        async with aiohttp.ClientSession() as http:
+            client = AgentClient(http, AGENT_KEYRING, "ns", pod, timeout_s=3)
+            plan, _ = await _plan(client, settings)
+            now = datetime.now(UTC)
+            capture_id = capture_id_for("refused", "0123abcd")
+            deadline = now + timedelta(seconds=90)
+            await arm_pod(
+                client, buckets, settings, prefix, capture_id, plan, "ops", deadline, now, targets
+            )
+            return plan, await _settle(client, capture_id)
+
+    plan, observed = asyncio.run(run())
+    outcomes = judge_ranks(targets, observed, plan.start_step, plan.end_step)
+    agent_says = outcomes[0].failure.message
+    assert len(agent_says) > 150 and "NoSuchBucket" in agent_says, agent_says
+    phase, reason, message = final_phase(tally_ranks(outcomes))
+    assert (phase, reason) == ("Failed", "NoRankCaptured")
+    # The status the operator writes holds the clipped cause and still validates.
+    status = ProfileSessionStatus(phase=phase, ranks=tally_ranks(outcomes))
+    failed = status.ranks.failed[0]
+    assert failed.code == FailureCode.UPLOAD_REFUSED
+    assert len(failed.reason) == 128 and failed.reason.endswith("…")
+    assert "storage refused the upload: HTTP 404: NoSuchBucket" in failed.reason
+    assert "storage refused the upload: HTTP 404: NoSuchBucket" in message

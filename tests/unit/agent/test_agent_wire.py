@@ -81,7 +81,7 @@ def test_a_grant_needs_exactly_one_way_to_upload():
     bad = request(
         grants=[{"rank": 0, "trace": both, "counters": GRANT, "summary": GRANT, "steps": GRANT}]
     )
-    with pytest.raises(ValidationError, match="exactly one of putUrl or multipart"):
+    with pytest.raises(ValidationError, match="exactly one of putUrl, multipart or post"):
         CaptureRequest.model_validate(bad)
 
 
