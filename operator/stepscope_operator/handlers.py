@@ -58,7 +58,7 @@ async def configure(
     memo.http = http
     memo.ctx = OperatorContext(
         settings=operator_settings,
-        kube=KubeApi(api_client),
+        kube=KubeApi(api_client, operator_settings.kube_request_timeout_seconds),
         http=http,
         buckets=connect_buckets(operator_settings),
         master_token=operator_settings.resolved_agent_token(),

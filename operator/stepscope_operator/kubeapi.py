@@ -42,11 +42,23 @@ def load_api_client() -> k8s.ApiClient:
     return k8s.ApiClient()
 
 
+# Seconds one API request may take when the caller does not say (settings override it).
+DEFAULT_REQUEST_TIMEOUT_SECONDS = 30.0
+
+
 class KubeApi:
-    def __init__(self, api_client: k8s.ApiClient) -> None:
+    """Every call passes `_request_timeout`: the client's default is to wait forever, and
+    a session stuck on a stalled API server connection would never reach a final phase."""
+
+    def __init__(
+        self,
+        api_client: k8s.ApiClient,
+        request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_SECONDS,
+    ) -> None:
         self._core = k8s.CoreV1Api(api_client)
         self._custom = k8s.CustomObjectsApi(api_client)
         self._instance = socket.gethostname()
+        self._timeout = {"_request_timeout": request_timeout_s}
 
     async def get_job(
         self, resource: JobResource, namespace: str, name: str
@@ -60,6 +72,7 @@ class KubeApi:
                 namespace,
                 resource.plural,
                 name,
+                **self._timeout,
             )
         except ApiException as exc:
             if exc.status == 404:
@@ -69,7 +82,7 @@ class KubeApi:
     async def list_pods(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
         def call() -> list[dict[str, Any]]:
             response = self._core.list_namespaced_pod(
-                namespace, label_selector=label_selector, _preload_content=False
+                namespace, label_selector=label_selector, _preload_content=False, **self._timeout
             )
             return json.loads(response.data)["items"]
 
@@ -80,6 +93,7 @@ class KubeApi:
     ) -> list[dict[str, Any]]:
         def call() -> list[dict[str, Any]]:
             options = {"label_selector": label_selector} if label_selector else {}
+            options.update(self._timeout)
             if namespace:
                 answer = self._custom.list_namespaced_custom_object(
                     GROUP, VERSION, namespace, SESSION_PLURAL, **options
@@ -102,6 +116,7 @@ class KubeApi:
                 body["metadata"]["namespace"],
                 SESSION_PLURAL,
                 body,
+                **self._timeout,
             )
         except ApiException as exc:
             if exc.status == 409:
@@ -118,6 +133,7 @@ class KubeApi:
                 namespace,
                 SESSION_PLURAL,
                 name,
+                **self._timeout,
             )
         except ApiException as exc:
             if exc.status != 404:
@@ -134,6 +150,7 @@ class KubeApi:
             SCHEDULE_PLURAL,
             name,
             {"status": status},
+            **self._timeout,
         )
 
     async def get_session(self, namespace: str, name: str) -> dict[str, Any] | None:
@@ -145,6 +162,7 @@ class KubeApi:
                 namespace,
                 SESSION_PLURAL,
                 name,
+                **self._timeout,
             )
         except ApiException as exc:
             if exc.status == 404:
@@ -161,6 +179,7 @@ class KubeApi:
             SESSION_PLURAL,
             name,
             {"status": status},
+            **self._timeout,
         )
 
     async def post_event(self, body: dict[str, Any], type_: str, reason: str, message: str) -> None:
@@ -186,4 +205,6 @@ class KubeApi:
             "lastTimestamp": now,
             "count": 1,
         }
-        await asyncio.to_thread(self._core.create_namespaced_event, meta["namespace"], event)
+        await asyncio.to_thread(
+            self._core.create_namespaced_event, meta["namespace"], event, **self._timeout
+        )

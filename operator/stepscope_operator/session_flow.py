@@ -11,6 +11,7 @@ by `timeoutSeconds` before arming, by the capture deadline after it.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Coroutine
 from datetime import timedelta
 from typing import Any
 
@@ -75,9 +76,37 @@ async def run_session(ctx: OperatorContext, body: dict[str, Any], stopped: Any) 
             observations = await observe(ctx, view, record)
         missed = await replan_missed_window(ctx, view, writer, record, observations, stopped)
         if missed is MISSED_NOTHING:
-            await collect_and_analyze(ctx, view, writer, record, observations)
+            await within_analysis_deadline(
+                ctx, writer, collect_and_analyze(ctx, view, writer, record, observations)
+            )
             return
         record = missed
+
+
+async def within_analysis_deadline(
+    ctx: OperatorContext, writer: StatusWriter, analysis: Coroutine[Any, Any, None]
+) -> None:
+    """Run the collecting and analysing within `analysis_deadline_seconds` of the window's
+    end (so a restarted operator does not start the clock again); past it the session ends
+    Failed with reason AnalysisDeadlineExceeded instead of staying in Analyzing."""
+    limit = ctx.settings.analysis_deadline_seconds
+    remaining = limit
+    ended = writer.status.window.end_time if writer.status.window else None
+    if ended is not None and writer.phase in (Phase.COLLECTING, Phase.ANALYZING):
+        remaining = limit - (ctx.now() - ended).total_seconds()
+    try:
+        await asyncio.wait_for(analysis, max(remaining, 0.0))
+    except TimeoutError:
+        message = (
+            f"collecting and analysing did not finish within {limit:g}s of the window's end "
+            "(STEPSCOPE_ANALYSIS_DEADLINE_SECONDS); the per-rank artifacts are in storage"
+        )
+        await writer.enter(
+            Phase.FAILED,
+            Reason.ANALYSIS_DEADLINE_EXCEEDED,
+            message,
+            conditions=((ANALYZED, "False", Reason.ANALYSIS_DEADLINE_EXCEEDED, message),),
+        )
 
 
 async def wait_for_turn(

@@ -18,7 +18,15 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from stepscope.api import agent as agent_wire
 from stepscope.api.session import MAX_RETENTION
@@ -43,6 +51,12 @@ ENV: dict[str, str] = {
     "agent_token": agent_wire.TOKEN_ENV,
     "agent_token_file": agent_wire.TOKEN_FILE_ENV,
     "probe_timeout_seconds": "STEPSCOPE_PROBE_TIMEOUT_SECONDS",
+    "agent_max_in_flight": "STEPSCOPE_AGENT_MAX_IN_FLIGHT",
+    "agent_call_attempts": "STEPSCOPE_AGENT_CALL_ATTEMPTS",
+    "agent_retry_base_seconds": "STEPSCOPE_AGENT_RETRY_BASE_SECONDS",
+    "agent_retry_max_seconds": "STEPSCOPE_AGENT_RETRY_MAX_SECONDS",
+    "kube_request_timeout_seconds": "STEPSCOPE_KUBE_REQUEST_TIMEOUT_SECONDS",
+    "analysis_deadline_seconds": "STEPSCOPE_ANALYSIS_DEADLINE_SECONDS",
     "plan_margin_seconds": "STEPSCOPE_PLAN_MARGIN_SECONDS",
     "plan_min_steps": "STEPSCOPE_PLAN_MIN_STEPS",
     "max_replans": "STEPSCOPE_MAX_REPLANS",
@@ -175,8 +189,53 @@ class OperatorSettings(BaseModel):
     probe_timeout_seconds: float = Field(
         5.0,
         gt=0,
-        description="Seconds to wait for one agent status probe. An agent slower than this is "
-        "reported unreachable rather than holding up the whole job's plan.",
+        description="Seconds to wait for one attempt of one agent call (probe, arm, poll, "
+        "cancel). An agent slower than this is reported unreachable rather than holding up "
+        "the whole job's plan.",
+    )
+    agent_max_in_flight: int = Field(
+        64,
+        ge=1,
+        le=4096,
+        description="Agent calls the operator has open at once, across all sessions. 64 "
+        "probes 1024 agents in 16 rounds of one round trip each (well under a second on a "
+        "cluster network) while keeping the operator's sockets and memory flat in job size.",
+    )
+    agent_call_attempts: int = Field(
+        3,
+        ge=1,
+        le=10,
+        description="Tries of one agent call that fails transiently (connection refused or "
+        "reset, timeout, 5xx); 4xx answers are never retried. Three tries ride out an agent "
+        "restart or a dropped connection without stretching a hung agent's cost past three "
+        "timeouts.",
+    )
+    agent_retry_base_seconds: float = Field(
+        0.2,
+        ge=0,
+        description="Seconds of the first pause before retrying an agent call; each further "
+        "pause doubles it up to agent_retry_max_seconds, randomised between half and all of "
+        "it so agents that failed together are not retried together.",
+    )
+    agent_retry_max_seconds: float = Field(
+        2.0,
+        ge=0,
+        description="Longest pause, in seconds, between two tries of one agent call.",
+    )
+    kube_request_timeout_seconds: float = Field(
+        30.0,
+        gt=0,
+        description="Seconds one Kubernetes API request may take before it fails (client "
+        "_request_timeout). A stalled API server connection must not hang a session "
+        "forever; 30 s is far above a healthy request and below kopf's handler timeouts.",
+    )
+    analysis_deadline_seconds: float = Field(
+        600.0,
+        gt=0,
+        description="Seconds the Collecting and Analyzing phases may take together; past it "
+        "the session ends Failed with reason AnalysisDeadlineExceeded, so a stuck store or a "
+        "huge merge never leaves it Analyzing. At 1024 ranks the merge takes well under a "
+        "minute; ten minutes leaves room for a slow object store.",
     )
     plan_margin_seconds: float = Field(
         2.0,
@@ -249,6 +308,16 @@ class OperatorSettings(BaseModel):
         description="Port of the Prometheus /metrics endpoint (sessions by final phase, "
         "regressions per schedule); unset serves none.",
     )
+
+    @model_validator(mode="after")
+    def _retry_pauses_in_order(self) -> OperatorSettings:
+        if self.agent_retry_base_seconds > self.agent_retry_max_seconds:
+            raise ValueError(
+                f"agent_retry_base_seconds ({self.agent_retry_base_seconds}) must not exceed "
+                f"agent_retry_max_seconds ({self.agent_retry_max_seconds}); raise "
+                f"{ENV['agent_retry_max_seconds']} or lower {ENV['agent_retry_base_seconds']}"
+            )
+        return self
 
     @field_validator("default_retention", mode="before")
     @classmethod
