@@ -52,6 +52,8 @@ class SimulatedRank:
     channel: Channel = field(init=False)
     windows: dict[str, messages.Arm] = field(default_factory=dict)
     records: dict[str, list[dict]] = field(default_factory=dict)
+    # When this rank's last window ended (time.time()), for the benchmark's timings.
+    finished_at: float | None = None
 
     def connect(self, socket_path: str) -> None:
         self.counter = StepCounter(self._at_boundary)
@@ -111,6 +113,7 @@ class SimulatedRank:
                     )
                 )
                 del self.windows[capture_id]
+                self.finished_at = time.time()
 
 
 @dataclass

@@ -30,7 +30,12 @@ from stepscope_operator.context import (
     load_record,
     save_record,
 )
-from stepscope_operator.following import PodObservation, any_capturing, poll_captures
+from stepscope_operator.following import (
+    PodObservation,
+    any_capturing,
+    only_silent_pending,
+    poll_captures,
+)
 from stepscope_operator.planning import PlanningError, plan_window
 from stepscope_operator.probing import probe_agents
 from stepscope_operator.queueing import active_sessions, blocking_session
@@ -280,6 +285,8 @@ async def follow(
     """Poll until every pod settled, or the capture deadline (plus a grace for the agents'
     own deadline handling) passed; then cancel what is still running."""
     grace = timedelta(seconds=min(ctx.settings.collect_reserve_seconds / 2, 15.0))
+    lost_grace = timedelta(seconds=ctx.settings.agent_lost_grace_seconds)
+    silent_since = None
     while not stopped:
         observations = await observe(ctx, view, record)
         if writer.phase == Phase.ARMED and any_capturing(observations):
@@ -291,7 +298,12 @@ async def follow(
             )
         if all(o.settled for o in observations.values()):
             return observations
-        if ctx.now() > record.capture_deadline + grace:
+        # Agents that went silent while every other pod finished are given a grace, not
+        # the whole capture deadline: 1000 of 1024 ranks should not wait on 24 lost ones.
+        silent_since = (silent_since or ctx.now()) if only_silent_pending(observations) else None
+        if ctx.now() > record.capture_deadline + grace or (
+            silent_since is not None and ctx.now() - silent_since > lost_grace
+        ):
             late = {pod: None for pod, o in observations.items() if not o.settled}
             await cancel_captures(
                 ctx.agents(view.namespace), {p: record.pod_ips[p] for p in late}, record.capture_id

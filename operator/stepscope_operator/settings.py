@@ -57,6 +57,7 @@ ENV: dict[str, str] = {
     "agent_retry_max_seconds": "STEPSCOPE_AGENT_RETRY_MAX_SECONDS",
     "kube_request_timeout_seconds": "STEPSCOPE_KUBE_REQUEST_TIMEOUT_SECONDS",
     "analysis_deadline_seconds": "STEPSCOPE_ANALYSIS_DEADLINE_SECONDS",
+    "agent_lost_grace_seconds": "STEPSCOPE_AGENT_LOST_GRACE_SECONDS",
     "plan_margin_seconds": "STEPSCOPE_PLAN_MARGIN_SECONDS",
     "plan_min_steps": "STEPSCOPE_PLAN_MIN_STEPS",
     "max_replans": "STEPSCOPE_MAX_REPLANS",
@@ -221,6 +222,14 @@ class OperatorSettings(BaseModel):
         2.0,
         ge=0,
         description="Longest pause, in seconds, between two tries of one agent call.",
+    )
+    agent_lost_grace_seconds: float = Field(
+        30.0,
+        ge=0,
+        description="Seconds the operator keeps polling agents that stopped answering once "
+        "every other pod's capture has ended; then their ranks are missing and the session "
+        "ends PartiallySucceeded instead of waiting for the capture deadline. 30 s covers a "
+        "sidecar restart; an agent that comes back later finds its capture cancelled.",
     )
     kube_request_timeout_seconds: float = Field(
         30.0,

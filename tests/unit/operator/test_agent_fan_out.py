@@ -16,7 +16,7 @@ import pytest
 from aiohttp import web
 from stepscope_operator.agent_client import AgentClient, AgentError
 from stepscope_operator.fanout import FanOut, RetryPolicy
-from stepscope_operator.following import poll_captures
+from stepscope_operator.following import PodObservation, only_silent_pending, poll_captures
 from stepscope_operator.probing import probe_agents
 from stepscope_operator.status import final_phase, judge_ranks, tally_ranks
 from stepscope_operator.targets import RankTarget
@@ -276,3 +276,19 @@ def test_agents_refusing_connections_give_partial_success_naming_them_in_ranges(
     assert ranks.missing_ranges == named
     assert message == f"596 of 600 ranks captured the window; {named}"
     assert "gave up after 3 attempts" in observations["ddp-worker-17"].error
+
+
+def _observed(pod: str, state: str | None) -> PodObservation:
+    if state is None:
+        return PodObservation(pod=pod, error=f"agent in pod {pod}: connection refused")
+    body = {"captureId": "c", "state": state, "startStep": 1, "endStep": 2, "ranks": []}
+    return PodObservation(pod=pod, capture=wire.CaptureStatus.model_validate(body))
+
+
+def test_only_silent_agents_left_is_told_apart_from_work_still_under_way():
+    done, silent, busy = _observed("a", "done"), _observed("b", None), _observed("c", "capturing")
+    assert only_silent_pending({"a": done, "b": silent})
+    # A pod still capturing is worth waiting for; so is every pod when none answers at all.
+    assert not only_silent_pending({"a": done, "b": silent, "c": busy})
+    assert not only_silent_pending({"b": silent, "d": _observed("d", None)})
+    assert not only_silent_pending({"a": done})
