@@ -47,6 +47,8 @@ from stepscope_operator.agent_token import agent_token_for_namespace
 
 MASTER_TOKEN = "bench-scale-master-token-0123456789abcdef"
 RANKS_PER_POD = 8
+# Beyond this the fleet's threads, not the operator, set the pace (docs/benchmarks.md).
+MAX_FLEET_RANKS = 256
 FINAL = ("Succeeded", "PartiallySucceeded", "Failed")
 _WRITES = {"POST", "PUT", "PATCH", "DELETE"}
 _OPERATOR_WRITES = {"profilesessions", "events", "pods"}
@@ -197,8 +199,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ranks", default="8,128", help="comma-separated rank counts")
     parser.add_argument("--stop-agents", type=int, default=0, help="pods whose agent stops")
     parser.add_argument("--timeout", type=float, default=300, help="seconds per session")
+    parser.add_argument("--force", action="store_true", help=f"allow more than {MAX_FLEET_RANKS}")
     args = parser.parse_args(argv)
     sizes = [int(n) for n in args.ranks.split(",")]
+    if max(sizes) > MAX_FLEET_RANKS and not args.force:
+        parser.error(
+            f"--ranks {max(sizes)}: the agent fleet runs two threads per simulated rank, which "
+            f"past {MAX_FLEET_RANKS} ranks overloads a 2-core machine (docs/benchmarks.md); "
+            "pass --force to try anyway"
+        )
     with tempfile.TemporaryDirectory(prefix="stepscope-scale-") as tmp:
         root = Path(tmp)
         cluster = start_cluster(root / "cluster", ensure_binaries(), die_with_parent=True)
