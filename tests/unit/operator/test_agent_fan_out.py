@@ -20,6 +20,7 @@ from stepscope_operator.following import PodObservation, only_silent_pending, po
 from stepscope_operator.probing import probe_agents
 from stepscope_operator.status import final_phase, judge_ranks, tally_ranks
 from stepscope_operator.targets import RankTarget
+from stepscope_operator.window_arming import describe_unreachable
 
 from stepscope.api import agent as wire
 from stepscope.api.session_status import Phase, Reason
@@ -292,3 +293,11 @@ def test_only_silent_agents_left_is_told_apart_from_work_still_under_way():
     assert not only_silent_pending({"a": done, "b": silent, "c": busy})
     assert not only_silent_pending({"b": silent, "d": _observed("d", None)})
     assert not only_silent_pending({"a": done})
+
+
+def test_unreachable_pods_at_arming_are_named_in_ranges_with_one_reason():
+    unreachable = {f"ddp-worker-{n}": f"arming failed: refused ({n})" for n in (3, 4, 5, 900)}
+    assert describe_unreachable(unreachable) == (
+        "4 unreachable pod(s): ddp-worker-3..5, ddp-worker-900 "
+        "(ddp-worker-3: arming failed: refused (3))"
+    )
