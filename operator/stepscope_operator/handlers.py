@@ -51,6 +51,8 @@ async def configure(
     # The sessions post their own story as Events; kopf's handler chatter would bury it.
     settings.posting.enabled = False
     operator_settings = load_settings()
+    # kopf's own requests (finalizers, progress annotations) get the same bound as ours.
+    settings.networking.request_timeout = operator_settings.kube_request_timeout_seconds
     api_client = load_api_client()
     if operator_settings.metrics_port:
         serve_metrics(operator_settings.metrics_port)

@@ -235,7 +235,8 @@ class OperatorSettings(BaseModel):
         30.0,
         gt=0,
         description="Seconds one Kubernetes API request may take before it fails (client "
-        "_request_timeout). A stalled API server connection must not hang a session "
+        "_request_timeout, and kopf's networking.request_timeout for its own patches; watch "
+        "streams have their own). A stalled API server connection must not hang a session "
         "forever; 30 s is far above a healthy request and below kopf's handler timeouts.",
     )
     analysis_deadline_seconds: float = Field(
