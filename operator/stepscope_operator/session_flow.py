@@ -265,11 +265,22 @@ async def make_plan(
 
 
 async def observe(
-    ctx: OperatorContext, view: SessionView, record: SessionRecord
+    ctx: OperatorContext,
+    view: SessionView,
+    record: SessionRecord,
+    settled: dict[str, PodObservation] | None = None,
 ) -> dict[str, PodObservation]:
-    """Every pod's capture state; pods that were never armed say why."""
-    armed = {pod: ip for pod, ip in record.pod_ips.items() if pod not in record.unreachable}
+    """Every pod's capture state; pods that were never armed say why. Pods in `settled`
+    are not asked again: a settled answer changes no more, and at 1024 ranks asking again
+    would fetch every finished rank's summary on every poll."""
+    settled = settled or {}
+    armed = {
+        pod: ip
+        for pod, ip in record.pod_ips.items()
+        if pod not in record.unreachable and pod not in settled
+    }
     observations = await poll_captures(ctx.agents(view.namespace), armed, record.capture_id)
+    observations.update(settled)
     for pod, why in record.unreachable.items():
         observations[pod] = PodObservation(pod=pod, error=why, unknown_capture=True)
     return observations
@@ -287,8 +298,10 @@ async def follow(
     grace = timedelta(seconds=min(ctx.settings.collect_reserve_seconds / 2, 15.0))
     lost_grace = timedelta(seconds=ctx.settings.agent_lost_grace_seconds)
     silent_since = None
+    settled: dict[str, PodObservation] = {}
     while not stopped:
-        observations = await observe(ctx, view, record)
+        observations = await observe(ctx, view, record, settled)
+        settled = {pod: o for pod, o in observations.items() if o.settled}
         if writer.phase == Phase.ARMED and any_capturing(observations):
             await writer.enter(
                 Phase.CAPTURING,

@@ -33,7 +33,7 @@ RANKS_PER_POD = 2
 SILENT = (3, 4, 6)
 
 
-def start_fleet(local_cluster, namespace, root, pods_n, ranks_per_pod):
+def start_fleet(local_cluster, namespace, root, pods_n, ranks_per_pod, step_s=0.1):
     """`pods_n` pod objects marked running on fleet addresses, each with its sidecar."""
     port = free_port()
     token = agent_token_for_namespace(MASTER_TOKEN, namespace)
@@ -46,7 +46,7 @@ def start_fleet(local_cluster, namespace, root, pods_n, ranks_per_pod):
     local_cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(manifest))
     world = pods_n * ranks_per_pod
     pods = [
-        start_pod(n, i, ranks_per_pod, world, root, port, token, namespace)
+        start_pod(n, i, ranks_per_pod, world, root, port, token, namespace, step_s=step_s)
         for i, n in enumerate(names)
     ]
     for pod in pods:
@@ -154,8 +154,10 @@ def test_pods_without_an_answering_agent_are_named_in_ranges(
 def test_64_ranks_with_5_agents_lost_mid_window(local_cluster, namespace, session_crds, tmp_path):
     """32 pods of 2 ranks; five sidecars stop once the ranks are capturing. The session does
     not wait for the capture deadline: the lost agents get the grace, then their ranks are
-    missing, named in ranges, and the rest is the verdict."""
-    port, pods = start_fleet(local_cluster, namespace, tmp_path, 32, 2)
+    missing, named in ranges, and the rest is the verdict. Steps of 0.4 s make the window
+    2 s long, so the sidecars stop inside it (a pod that had already finished would keep
+    its capture: its answer was final)."""
+    port, pods = start_fleet(local_cluster, namespace, tmp_path, 32, 2, step_s=0.4)
     operator = start_operator(
         local_cluster, port, tmp_path / "operator.log", STEPSCOPE_AGENT_LOST_GRACE_SECONDS="3"
     )

@@ -9,15 +9,20 @@ from __future__ import annotations
 import asyncio
 import random
 import socket
+from datetime import UTC, datetime
+from types import SimpleNamespace
 from typing import Self
 
 import aiohttp
 import pytest
 from aiohttp import web
 from stepscope_operator.agent_client import AgentClient, AgentError
+from stepscope_operator.context import SessionRecord
 from stepscope_operator.fanout import FanOut, RetryPolicy
 from stepscope_operator.following import PodObservation, only_silent_pending, poll_captures
+from stepscope_operator.planning import WindowPlan
 from stepscope_operator.probing import probe_agents
+from stepscope_operator.session_flow import observe
 from stepscope_operator.status import final_phase, judge_ranks, tally_ranks
 from stepscope_operator.targets import RankTarget
 from stepscope_operator.window_arming import describe_unreachable
@@ -301,3 +306,44 @@ def test_unreachable_pods_at_arming_are_named_in_ranges_with_one_reason():
         "4 unreachable pod(s): ddp-worker-3..5, ddp-worker-900 "
         "(ddp-worker-3: arming failed: refused (3))"
     )
+
+
+def test_settled_pods_are_not_polled_again():
+    """A finished pod's answer changes no more; at 1024 ranks asking again would fetch every
+    finished rank's summary on every poll."""
+
+    async def answer(agents: Agents, request: web.Request) -> web.StreamResponse:
+        done = agents.calls <= 2  # the first two pods asked are done, the rest capturing
+        body = {"captureId": "c", "state": "done" if done else "capturing"}
+        return web.json_response({**body, "startStep": 1, "endStep": 2, "ranks": []})
+
+    now = datetime.now(UTC)
+    plan = WindowPlan(
+        start_step=1,
+        end_step=2,
+        steps=2,
+        warmup_steps=0,
+        highest_step=0,
+        step_time_ms=100.0,
+        steps_ahead=1,
+        expected_start=now,
+        expected_end=now,
+    )
+    targets = [
+        RankTarget(rank=n, pod=f"w-{n}", namespace="team-a", pod_ip="127.0.0.1") for n in range(4)
+    ]
+    record = SessionRecord(capture_id="c", plan=plan, targets=targets, capture_deadline=now)
+    view = SimpleNamespace(namespace="team-a")
+
+    async def run() -> tuple[int, int, dict]:
+        async with Agents(answer) as agents:
+            ctx = SimpleNamespace(agents=lambda namespace: agents.client(FanOut(1, FAST_RETRIES)))
+            first = await observe(ctx, view, record)
+            asked_first = agents.calls
+            settled = {pod: o for pod, o in first.items() if o.settled}
+            second = await observe(ctx, view, record, settled)
+            return asked_first, agents.calls - asked_first, second
+
+    asked_first, asked_second, second = asyncio.run(run())
+    assert asked_first == 4 and asked_second == 2
+    assert sum(o.settled for o in second.values()) == 2 and len(second) == 4
