@@ -174,6 +174,8 @@ def _profile(custom, api, namespace, ranks, fleet, stop_agents, timeout, operato
         "pods": len(fleet),
         "phase": final,
         "missing": (status.get("ranks") or {}).get("missingRanges"),
+        "failed": (status.get("ranks") or {}).get("failedRanges"),
+        "first_failure": next(iter((status.get("ranks") or {}).get("failed") or []), None),
         "probe_arm_seconds": _between(seen, "Planning", "Armed"),
         "window_end_to_verdict_seconds": (
             round(seen[final] - window_end, 2) if final and window_end else None
