@@ -89,8 +89,8 @@ def publish_rank(
     work_dir: Path,
 ) -> PublishResult:
     grants = request.grants_for(artifacts.rank)
-    work_dir.mkdir(parents=True, exist_ok=True)
     try:
+        _make_work_dir(work_dir)
         files, summary = _write_artifacts(request, artifacts, samples, work_dir)
         note = summary.trace_not_summarised if isinstance(summary, StepStatistics) else None
         result = PublishResult(summary=summary, note=note)
@@ -119,6 +119,20 @@ def publish_rank(
             artifacts.trace_file.unlink(missing_ok=True)
         with contextlib.suppress(OSError):  # the capture's folder, once its last rank is done
             work_dir.parent.rmdir()
+
+
+def _make_work_dir(work_dir: Path) -> None:
+    """Make the rank's work folder. Another rank of the pod, publishing at the same time,
+    removes the capture's folder once it is empty (see publish_rank's clean-up); when that
+    lands between the two steps of mkdir(parents=True) the folder is made again, instead of
+    the error leaving this rank "uploading" for ever (seen at 8 ranks per pod)."""
+    for _ in range(3):
+        try:
+            work_dir.mkdir(parents=True, exist_ok=True)
+            return
+        except FileNotFoundError:
+            continue
+    work_dir.mkdir(parents=True, exist_ok=True)
 
 
 def _upload(files: dict[str, Path], grants: RankGrants, result: PublishResult) -> None:

@@ -5,6 +5,8 @@ a timeout, because one hung agent must never stall a whole session."""
 from __future__ import annotations
 
 import json
+import time
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import aiohttp
@@ -13,6 +15,7 @@ from pydantic import BaseModel, ValidationError
 from stepscope.analysis.trace_input import loads_bounded
 from stepscope.api import agent as wire
 from stepscope_operator.call_signing import AgentKeyring
+from stepscope_operator.fanout import FanOut, RetryPolicy
 
 # Agents run in tenants' pods, so their replies are untrusted input to the shared
 # operator. The largest honest reply is a capture status carrying the summaries of every
@@ -26,12 +29,37 @@ Reply = TypeVar("Reply", bound=BaseModel)
 
 
 class AgentError(Exception):
-    """An agent call failed; `status` is the HTTP status, or None when nothing answered."""
+    """An agent call failed; `status` is the HTTP status, or None when nothing answered.
+    `transient` is True when asking again may succeed: the connection was refused or
+    reset, the call timed out, or the agent answered 5xx. A 4xx or a malformed reply is
+    final."""
 
-    def __init__(self, pod: str, message: str, status: int | None = None) -> None:
+    def __init__(
+        self, pod: str, message: str, status: int | None = None, transient: bool = False
+    ) -> None:
         super().__init__(f"agent in pod {pod}: {message}")
         self.pod = pod
+        self.detail = message
         self.status = status
+        self.transient = transient
+
+
+@dataclass
+class CallTiming:
+    """When the answered attempt of a call was sent and answered, for clock estimates
+    that must not include the wait for a slot or the pauses between retries."""
+
+    sent_wall: float = 0.0
+    round_trip_s: float = 0.0
+
+
+def _is_transient(exc: Exception) -> bool:
+    return isinstance(exc, AgentError) and exc.transient
+
+
+# Without a FanOut (tests, tools) each call is tried once and nothing bounds concurrency
+# beyond aiohttp's own connection pool.
+_SINGLE_TRY = RetryPolicy(attempts=1)
 
 
 class AgentClient:
@@ -44,15 +72,17 @@ class AgentClient:
         namespace: str,
         port: int,
         timeout_s: float,
+        fan_out: FanOut | None = None,
     ):
         self._session = session
         self._keyring = keyring
         self._namespace = namespace
         self._port = port
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self._fan_out = fan_out or FanOut(max_in_flight=1 << 16, retry=_SINGLE_TRY)
 
-    async def status(self, pod: str, ip: str) -> wire.AgentStatus:
-        body = await self._call(pod, ip, "GET", wire.STATUS_PATH)
+    async def status(self, pod: str, ip: str, timing: CallTiming | None = None) -> wire.AgentStatus:
+        body = await self._call(pod, ip, "GET", wire.STATUS_PATH, timing=timing)
         return _validated(pod, f"GET {wire.STATUS_PATH}", wire.AgentStatus, body)
 
     async def arm(self, pod: str, ip: str, request: wire.CaptureRequest) -> wire.CaptureStatus:
@@ -70,6 +100,38 @@ class AgentClient:
         return _validated(pod, f"DELETE {path}", wire.CaptureStatus, body)
 
     async def _call(
+        self,
+        pod: str,
+        ip: str,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        timing: CallTiming | None = None,
+    ) -> dict[str, Any]:
+        """One agent call within the fan-out's bound on calls in flight, tried again while
+        it fails transiently (every agent endpoint is idempotent: arming is per capture
+        id, cancelling twice cancels once). The last error says how often it was tried."""
+        made = 0
+
+        async def attempt() -> dict[str, Any]:
+            nonlocal made
+            made += 1
+            sent_wall, sent = time.time(), time.monotonic()
+            answer = await self._call_once(pod, ip, method, path, body)
+            if timing is not None:
+                timing.sent_wall, timing.round_trip_s = sent_wall, time.monotonic() - sent
+            return answer
+
+        try:
+            return await self._fan_out.run(attempt, _is_transient)
+        except AgentError as exc:
+            if made < 2:
+                raise
+            raise AgentError(
+                pod, f"{exc.detail} (gave up after {made} attempts)", exc.status, exc.transient
+            ) from exc
+
+    async def _call_once(
         self, pod: str, ip: str, method: str, path: str, body: dict[str, Any] | None = None
     ) -> dict[str, Any]:
         if not ip:
@@ -92,12 +154,16 @@ class AgentClient:
                         pod,
                         f"{method} {path} -> {response.status}: {str(error)[:MAX_ERROR_TEXT]}",
                         response.status,
+                        transient=response.status >= 500,
                     )
                 return payload
         except TimeoutError as exc:
             raise AgentError(
-                pod, f"{method} {path} timed out after {self._timeout.total}s"
+                pod, f"{method} {path} timed out after {self._timeout.total}s", transient=True
             ) from exc
+        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, ConnectionError) as exc:
+            # Refused, reset or cut off mid-reply: the agent may be restarting.
+            raise AgentError(pod, f"{method} {path} failed: {exc}", transient=True) from exc
         except (aiohttp.ClientError, ValueError) as exc:
             raise AgentError(pod, f"{method} {path} failed: {exc}") from exc
 

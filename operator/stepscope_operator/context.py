@@ -18,6 +18,7 @@ from stepscope.api.session_status import Phase, ProfileSessionStatus, Reason, St
 from stepscope.storage import SessionArtifact, session_key, session_prefix
 from stepscope_operator.agent_client import AgentClient
 from stepscope_operator.buckets import Buckets
+from stepscope_operator.fanout import FanOut, RetryPolicy
 from stepscope_operator.kubeapi import KubeApi
 from stepscope_operator.metrics import SESSIONS_FINISHED
 from stepscope_operator.planning import WindowPlan
@@ -34,6 +35,12 @@ class OperatorContext:
     kube: KubeApi
     http: aiohttp.ClientSession
     buckets: Buckets
+    # One bound on agent calls in flight for the whole operator, so many sessions together
+    # open no more connections than one large one (fanout.py).
+    fan_out: FanOut = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.fan_out = fan_out_for(self.settings)
 
     def now(self) -> datetime:
         return datetime.now(UTC)
@@ -46,7 +53,19 @@ class OperatorContext:
             namespace,
             self.settings.agent_port,
             self.settings.probe_timeout_seconds,
+            self.fan_out,
         )
+
+
+def fan_out_for(settings: OperatorSettings) -> FanOut:
+    return FanOut(
+        settings.agent_max_in_flight,
+        RetryPolicy(
+            attempts=settings.agent_call_attempts,
+            base_delay_s=settings.agent_retry_base_seconds,
+            max_delay_s=settings.agent_retry_max_seconds,
+        ),
+    )
 
 
 def _parse_time(text: str | None) -> datetime:

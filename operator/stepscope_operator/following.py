@@ -71,3 +71,14 @@ def any_capturing(observations: Mapping[str, PodObservation]) -> bool:
         and o.capture.state in (CaptureState.CAPTURING, CaptureState.UPLOADING)
         for o in observations.values()
     )
+
+
+def only_silent_pending(observations: Mapping[str, PodObservation]) -> bool:
+    """True when some pods are unsettled and every one of them is an agent that stopped
+    answering (no capture state at all), while the others settled and at least one of them
+    with a capture: nothing is left to wait for but agents that may never come back. When
+    no agent answers at all, the operator's own network may be at fault, so this is False
+    and the capture deadline decides."""
+    pending = [o for o in observations.values() if not o.settled]
+    answered = any(o.settled and o.capture is not None for o in observations.values())
+    return answered and bool(pending) and all(o.capture is None for o in pending)

@@ -69,6 +69,8 @@ async def configure(
     operator_settings = load_settings()
     # Fail at start, naming the variable, rather than at the first call to an agent.
     operator_settings.agent_keyring()
+    # kopf's own requests (finalizers, progress annotations) get the same bound as ours.
+    settings.networking.request_timeout = operator_settings.kube_request_timeout_seconds
     api_client = load_api_client()
     if operator_settings.metrics_port:
         serve_metrics(operator_settings.metrics_port)
@@ -84,7 +86,7 @@ async def configure(
     memo.http = http
     memo.ctx = OperatorContext(
         settings=operator_settings,
-        kube=KubeApi(api_client),
+        kube=KubeApi(api_client, operator_settings.kube_request_timeout_seconds),
         http=http,
         buckets=buckets,
     )

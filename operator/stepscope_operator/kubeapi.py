@@ -42,12 +42,24 @@ def load_api_client() -> k8s.ApiClient:
     return k8s.ApiClient()
 
 
+# Seconds one API request may take when the caller does not say (settings override it).
+DEFAULT_REQUEST_TIMEOUT_SECONDS = 30.0
+
+
 class KubeApi:
-    def __init__(self, api_client: k8s.ApiClient) -> None:
+    """Every call passes `_request_timeout`: the client's default is to wait forever, and
+    a session stuck on a stalled API server connection would never reach a final phase."""
+
+    def __init__(
+        self,
+        api_client: k8s.ApiClient,
+        request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_SECONDS,
+    ) -> None:
         self._core = k8s.CoreV1Api(api_client)
         self._custom = k8s.CustomObjectsApi(api_client)
         self._batch = k8s.BatchV1Api(api_client)
         self._instance = socket.gethostname()
+        self._timeout = {"_request_timeout": request_timeout_s}
 
     async def get_job(
         self, resource: JobResource, namespace: str, name: str
@@ -61,6 +73,7 @@ class KubeApi:
                 namespace,
                 resource.plural,
                 name,
+                **self._timeout,
             )
         except ApiException as exc:
             if exc.status == 404:
@@ -70,7 +83,7 @@ class KubeApi:
     async def list_pods(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
         def call() -> list[dict[str, Any]]:
             response = self._core.list_namespaced_pod(
-                namespace, label_selector=label_selector, _preload_content=False
+                namespace, label_selector=label_selector, _preload_content=False, **self._timeout
             )
             return json.loads(response.data)["items"]
 
@@ -118,6 +131,7 @@ class KubeApi:
     ) -> list[dict[str, Any]]:
         def call() -> list[dict[str, Any]]:
             options = {"label_selector": label_selector} if label_selector else {}
+            options.update(self._timeout)
             if namespace:
                 answer = self._custom.list_namespaced_custom_object(
                     GROUP, VERSION, namespace, SESSION_PLURAL, **options
@@ -140,6 +154,7 @@ class KubeApi:
                 body["metadata"]["namespace"],
                 SESSION_PLURAL,
                 body,
+                **self._timeout,
             )
         except ApiException as exc:
             if exc.status == 409:
@@ -156,6 +171,7 @@ class KubeApi:
                 namespace,
                 SESSION_PLURAL,
                 name,
+                **self._timeout,
             )
         except ApiException as exc:
             if exc.status != 404:
@@ -172,6 +188,7 @@ class KubeApi:
             SCHEDULE_PLURAL,
             name,
             {"status": status},
+            **self._timeout,
         )
 
     async def get_session(self, namespace: str, name: str) -> dict[str, Any] | None:
@@ -183,6 +200,7 @@ class KubeApi:
                 namespace,
                 SESSION_PLURAL,
                 name,
+                **self._timeout,
             )
         except ApiException as exc:
             if exc.status == 404:
@@ -199,6 +217,7 @@ class KubeApi:
             SESSION_PLURAL,
             name,
             {"status": status},
+            **self._timeout,
         )
 
     async def post_event(self, body: dict[str, Any], type_: str, reason: str, message: str) -> None:
@@ -224,4 +243,6 @@ class KubeApi:
             "lastTimestamp": now,
             "count": 1,
         }
-        await asyncio.to_thread(self._core.create_namespaced_event, meta["namespace"], event)
+        await asyncio.to_thread(
+            self._core.create_namespaced_event, meta["namespace"], event, **self._timeout
+        )

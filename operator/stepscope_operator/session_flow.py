@@ -11,6 +11,7 @@ by `timeoutSeconds` before arming, by the capture deadline after it.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Coroutine
 from datetime import timedelta
 from typing import Any
 
@@ -36,7 +37,12 @@ from stepscope_operator.context import (
     save_record,
 )
 from stepscope_operator.errors import describe_exception, is_transient
-from stepscope_operator.following import PodObservation, any_capturing, poll_captures
+from stepscope_operator.following import (
+    PodObservation,
+    any_capturing,
+    only_silent_pending,
+    poll_captures,
+)
 from stepscope_operator.planning import PlanningError, plan_window
 from stepscope_operator.probing import probe_agents
 from stepscope_operator.queueing import active_sessions, blocking_session
@@ -102,9 +108,37 @@ async def drive_session(
             observations = await observe(ctx, view, record)
         missed = await replan_missed_window(ctx, view, writer, record, observations, stopped)
         if missed is MISSED_NOTHING:
-            await collect_and_analyze(ctx, view, writer, record, observations)
+            await within_analysis_deadline(
+                ctx, writer, collect_and_analyze(ctx, view, writer, record, observations)
+            )
             return
         record = missed
+
+
+async def within_analysis_deadline(
+    ctx: OperatorContext, writer: StatusWriter, analysis: Coroutine[Any, Any, None]
+) -> None:
+    """Run the collecting and analysing within `analysis_deadline_seconds` of the window's
+    end (so a restarted operator does not start the clock again); past it the session ends
+    Failed with reason AnalysisDeadlineExceeded instead of staying in Analyzing."""
+    limit = ctx.settings.analysis_deadline_seconds
+    remaining = limit
+    ended = writer.status.window.end_time if writer.status.window else None
+    if ended is not None and writer.phase in (Phase.COLLECTING, Phase.ANALYZING):
+        remaining = limit - (ctx.now() - ended).total_seconds()
+    try:
+        await asyncio.wait_for(analysis, max(remaining, 0.0))
+    except TimeoutError:
+        message = (
+            f"collecting and analysing did not finish within {limit:g}s of the window's end "
+            "(STEPSCOPE_ANALYSIS_DEADLINE_SECONDS); the per-rank artifacts are in storage"
+        )
+        await writer.enter(
+            Phase.FAILED,
+            Reason.ANALYSIS_DEADLINE_EXCEEDED,
+            message,
+            conditions=((ANALYZED, "False", Reason.ANALYSIS_DEADLINE_EXCEEDED, message),),
+        )
 
 
 async def wait_for_turn(
@@ -258,11 +292,22 @@ async def make_plan(
 
 
 async def observe(
-    ctx: OperatorContext, view: SessionView, record: SessionRecord
+    ctx: OperatorContext,
+    view: SessionView,
+    record: SessionRecord,
+    settled: dict[str, PodObservation] | None = None,
 ) -> dict[str, PodObservation]:
-    """Every pod's capture state; pods that were never armed say why."""
-    armed = {pod: ip for pod, ip in record.pod_ips.items() if pod not in record.unreachable}
+    """Every pod's capture state; pods that were never armed say why. Pods in `settled`
+    are not asked again: a settled answer changes no more, and at 1024 ranks asking again
+    would fetch every finished rank's summary on every poll."""
+    settled = settled or {}
+    armed = {
+        pod: ip
+        for pod, ip in record.pod_ips.items()
+        if pod not in record.unreachable and pod not in settled
+    }
     observations = await poll_captures(ctx.agents(view.namespace), armed, record.capture_id)
+    observations.update(settled)
     for pod, why in record.unreachable.items():
         observations[pod] = PodObservation(pod=pod, error=why, unknown_capture=True)
     return observations
@@ -278,8 +323,12 @@ async def follow(
     """Poll until every pod settled, or the capture deadline (plus a grace for the agents'
     own deadline handling) passed; then cancel what is still running."""
     grace = timedelta(seconds=min(ctx.settings.collect_reserve_seconds / 2, 15.0))
+    lost_grace = timedelta(seconds=ctx.settings.agent_lost_grace_seconds)
+    silent_since = None
+    settled: dict[str, PodObservation] = {}
     while not stopped:
-        observations = await observe(ctx, view, record)
+        observations = await observe(ctx, view, record, settled)
+        settled = {pod: o for pod, o in observations.items() if o.settled}
         if writer.phase == Phase.ARMED and any_capturing(observations):
             await writer.enter(
                 Phase.CAPTURING,
@@ -289,7 +338,12 @@ async def follow(
             )
         if all(o.settled for o in observations.values()):
             return observations
-        if ctx.now() > record.capture_deadline + grace:
+        # Agents that went silent while every other pod finished are given a grace, not
+        # the whole capture deadline: 1000 of 1024 ranks should not wait on 24 lost ones.
+        silent_since = (silent_since or ctx.now()) if only_silent_pending(observations) else None
+        if ctx.now() > record.capture_deadline + grace or (
+            silent_since is not None and ctx.now() - silent_since > lost_grace
+        ):
             late = {pod: None for pod, o in observations.items() if not o.settled}
             await cancel_captures(
                 ctx.agents(view.namespace), {p: record.pod_ips[p] for p in late}, record.capture_id

@@ -52,6 +52,13 @@ ENV: dict[str, str] = {
     "agent_port": agent_wire.PORT_ENV,
     "agent_signing_keys_dir": "STEPSCOPE_AGENT_SIGNING_KEYS_DIR",
     "probe_timeout_seconds": "STEPSCOPE_PROBE_TIMEOUT_SECONDS",
+    "agent_max_in_flight": "STEPSCOPE_AGENT_MAX_IN_FLIGHT",
+    "agent_call_attempts": "STEPSCOPE_AGENT_CALL_ATTEMPTS",
+    "agent_retry_base_seconds": "STEPSCOPE_AGENT_RETRY_BASE_SECONDS",
+    "agent_retry_max_seconds": "STEPSCOPE_AGENT_RETRY_MAX_SECONDS",
+    "kube_request_timeout_seconds": "STEPSCOPE_KUBE_REQUEST_TIMEOUT_SECONDS",
+    "analysis_deadline_seconds": "STEPSCOPE_ANALYSIS_DEADLINE_SECONDS",
+    "agent_lost_grace_seconds": "STEPSCOPE_AGENT_LOST_GRACE_SECONDS",
     "plan_margin_seconds": "STEPSCOPE_PLAN_MARGIN_SECONDS",
     "plan_min_steps": "STEPSCOPE_PLAN_MIN_STEPS",
     "max_replans": "STEPSCOPE_MAX_REPLANS",
@@ -204,8 +211,63 @@ class OperatorSettings(BaseModel):
     probe_timeout_seconds: float = Field(
         5.0,
         gt=0,
-        description="Seconds to wait for one agent status probe. An agent slower than this is "
-        "reported unreachable rather than holding up the whole job's plan.",
+        description="Seconds to wait for one attempt of one agent call (probe, arm, poll, "
+        "cancel). An agent slower than this is reported unreachable rather than holding up "
+        "the whole job's plan.",
+    )
+    agent_max_in_flight: int = Field(
+        64,
+        ge=1,
+        le=4096,
+        description="Agent calls the operator has open at once, across all sessions. 64 "
+        "probes 1024 agents in 16 rounds of one round trip each (well under a second on a "
+        "cluster network) while keeping the operator's sockets and memory flat in job size.",
+    )
+    agent_call_attempts: int = Field(
+        3,
+        ge=1,
+        le=10,
+        description="Tries of one agent call that fails transiently (connection refused or "
+        "reset, timeout, 5xx); 4xx answers are never retried. Three tries ride out an agent "
+        "restart or a dropped connection without stretching a hung agent's cost past three "
+        "timeouts.",
+    )
+    agent_retry_base_seconds: float = Field(
+        0.2,
+        ge=0,
+        description="Seconds of the first pause before retrying an agent call; each further "
+        "pause doubles it up to agent_retry_max_seconds, randomised between half and all of "
+        "it so agents that failed together are not retried together.",
+    )
+    agent_retry_max_seconds: float = Field(
+        2.0,
+        ge=0,
+        description="Longest pause, in seconds, between two tries of one agent call.",
+    )
+    agent_lost_grace_seconds: float = Field(
+        30.0,
+        ge=0,
+        description="Seconds the operator keeps polling agents that stopped answering once "
+        "every other pod's capture has ended; then their ranks are missing and the session "
+        "ends PartiallySucceeded instead of waiting for the capture deadline. 30 s covers a "
+        "sidecar restart; an agent that comes back later finds its capture cancelled.",
+    )
+    kube_request_timeout_seconds: float = Field(
+        30.0,
+        gt=0,
+        description="Seconds one Kubernetes API request may take before it fails (client "
+        "_request_timeout, and kopf's networking.request_timeout for its own patches; watch "
+        "streams have their own). A stalled API server connection must not hang a session "
+        "forever; 30 s is far above a healthy request and below kopf's handler timeouts.",
+    )
+    analysis_deadline_seconds: float = Field(
+        1200.0,
+        gt=0,
+        description="Seconds the Collecting and Analyzing phases may take together; past it "
+        "the session ends Failed with reason AnalysisDeadlineExceeded, so a stuck store or a "
+        "huge merge never leaves it Analyzing. It covers the wait for the analysis Job, so "
+        "it must exceed analysis_job_deadline_seconds plus the Job's start grace (60 s): "
+        "the default leaves five minutes beyond the Job's 900 s for merging and storage.",
     )
     plan_margin_seconds: float = Field(
         2.0,
@@ -368,6 +430,29 @@ class OperatorSettings(BaseModel):
     @classmethod
     def _resources_json(cls, value: Any) -> Any:
         return json.loads(value) if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _analysis_deadline_covers_the_job(self) -> OperatorSettings:
+        # 60 s: rendering.WAIT_GRACE_SECONDS, the time a Job's pod is given to start.
+        if self.analysis_deadline_seconds <= self.analysis_job_deadline_seconds + 60:
+            raise ValueError(
+                f"analysis_deadline_seconds ({self.analysis_deadline_seconds:g}) must exceed "
+                f"analysis_job_deadline_seconds ({self.analysis_job_deadline_seconds}) plus 60 s, "
+                f"or the session fails while its analysis Job still runs; raise "
+                f"{ENV['analysis_deadline_seconds']} or lower "
+                f"{ENV['analysis_job_deadline_seconds']}"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _retry_pauses_in_order(self) -> OperatorSettings:
+        if self.agent_retry_base_seconds > self.agent_retry_max_seconds:
+            raise ValueError(
+                f"agent_retry_base_seconds ({self.agent_retry_base_seconds}) must not exceed "
+                f"agent_retry_max_seconds ({self.agent_retry_max_seconds}); raise "
+                f"{ENV['agent_retry_max_seconds']} or lower {ENV['agent_retry_base_seconds']}"
+            )
+        return self
 
     @field_validator("default_retention", mode="before")
     @classmethod

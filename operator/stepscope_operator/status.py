@@ -187,23 +187,16 @@ def final_phase(ranks: RanksStatus) -> tuple[Phase, Reason, str]:
 
 
 def describe_rank_problems(ranks: RanksStatus) -> str:
+    """The ranks that did not capture, in ranges so the text stays short at any job size:
+    'ranks 17-19, 512 (4 of 1024) missing: pods ddp-worker-16..18, ddp-worker-511'. The
+    first failure's reason is quoted; the others are in status.ranks.failed and the report."""
     parts = []
-    if ranks.missing_count:
-        named = ", ".join(f"rank {r.rank} (pod {r.pod})" for r in ranks.missing)
-        more = (
-            ""
-            if ranks.missing_count == len(ranks.missing)
-            else f" and {ranks.missing_count - len(ranks.missing)} more"
-        )
-        parts.append(f"missing: {named}{more}")
-    if ranks.failed_count:
-        named = ", ".join(f"rank {r.rank} (pod {r.pod}): {r.reason}" for r in ranks.failed)
-        more = (
-            ""
-            if ranks.failed_count == len(ranks.failed)
-            else f" and {ranks.failed_count - len(ranks.failed)} more"
-        )
-        parts.append(f"failed: {named}{more}")
+    if ranks.missing_ranges:
+        parts.append(ranks.missing_ranges)
+    if ranks.failed_ranges:
+        first = ranks.failed[0] if ranks.failed else None
+        quoted = f" (rank {first.rank}: {first.reason})" if first else ""
+        parts.append(f"{ranks.failed_ranges}{quoted}")
     if ranks.misaligned:
         parts.append(f"{ranks.misaligned} misaligned (captured other steps)")
     return "; ".join(parts) or "no rank reported"

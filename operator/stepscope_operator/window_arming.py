@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from stepscope.api.rank_ranges import pod_ranges
 from stepscope.api.session_status import Phase, RanksStatus, Reason, StatusWindow
 from stepscope_operator.arming import arm_pod, cancel_captures, capture_id_for
 from stepscope_operator.context import (
@@ -67,20 +68,32 @@ async def arm_record(
     await asyncio.to_thread(save_record, ctx, view, record)
     armed = len(pods) - sum(isinstance(r, Exception) for r in results)
     if armed == 0:
-        problems = "; ".join(f"{pod}: {why}" for pod, why in sorted(record.unreachable.items()))
-        await writer.fail(Reason.NO_AGENT_ARMED, f"no agent could be armed ({problems})", ARMED)
+        await writer.fail(
+            Reason.NO_AGENT_ARMED,
+            f"no agent could be armed ({describe_unreachable(record.unreachable)})",
+            ARMED,
+        )
         return
-    lost = sorted(record.unreachable)
     message = (
         f"armed {armed} agent(s) for steps {record.plan.start_step}-{record.plan.end_step}, "
         f"about {(record.plan.expected_start - ctx.now()).total_seconds():.0f}s from now"
-        + (f"; unreachable pod(s): {', '.join(lost)}" if lost else "")
+        + (f"; {describe_unreachable(record.unreachable)}" if record.unreachable else "")
     )
     await writer.enter(
         Phase.ARMED,
         Reason.AGENTS_ARMED,
         message,
         conditions=((ARMED, "True", Reason.AGENTS_ARMED, message),),
+    )
+
+
+def describe_unreachable(unreachable: dict[str, str]) -> str:
+    """'2 unreachable pod(s): w-3..4 (w-3: <why>)': the pods in ranges and one reason, so
+    the message stays short when hundreds of agents are down; plan.json keeps every reason."""
+    first = min(unreachable)
+    return (
+        f"{len(unreachable)} unreachable pod(s): {pod_ranges(unreachable)} "
+        f"({first}: {unreachable[first]})"
     )
 
 

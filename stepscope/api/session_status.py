@@ -18,6 +18,7 @@ from pydantic import Field, model_validator
 
 from stepscope.api.base import ApiModel
 from stepscope.api.meta import MAX_CONDITIONS, Condition
+from stepscope.api.rank_ranges import describe_ranks
 from stepscope.api.text import BoundedText
 from stepscope.failures import FailureCode
 
@@ -31,6 +32,9 @@ URI_MAX_LENGTH = 1024
 # Which ranks are in the merged trace: ranges and reasons, a line a person reads.
 MERGED_RANKS_MAX_LENGTH = 512
 TARGET_MAX_LENGTH = 300
+# A compact rank listing ("ranks 17-19, 512 (4 of 1024) missing: pods ...") lists at most
+# MAX_LISTED_RANGES ranges of ranks and of pods, which fits here with long pod names.
+RANK_RANGES_MAX_LENGTH = 1024
 
 
 class Phase(StrEnum):
@@ -97,6 +101,7 @@ class Reason(StrEnum):
     ANALYSIS_JOB_FAILED = "AnalysisJobFailed"
     ANALYSIS_JOB_TIMED_OUT = "AnalysisJobTimedOut"
     ANALYSIS_JOB_NOT_CREATED = "AnalysisJobNotCreated"
+    ANALYSIS_DEADLINE_EXCEEDED = "AnalysisDeadlineExceeded"
     # After the end.
     RETENTION_ENDED = "RetentionEnded"
     ARTIFACTS_EXPIRED = "ArtifactsExpired"
@@ -209,6 +214,20 @@ class RanksStatus(ApiModel):
     failed_count: int = Field(
         0, ge=0, description="Observed state. Total number of ranks whose capture failed."
     )
+    missing_ranges: BoundedText(RANK_RANGES_MAX_LENGTH) | None = Field(
+        None,
+        description=(
+            "Observed state. Every missing rank and pod in ranges, e.g. 'ranks 17-19, 512 "
+            "(4 of 1024) missing: pods ddp-worker-16..18, ddp-worker-511'; unset when none."
+        ),
+    )
+    failed_ranges: BoundedText(RANK_RANGES_MAX_LENGTH) | None = Field(
+        None,
+        description=(
+            "Observed state. Every failed rank and pod in ranges, like missingRanges; unset "
+            "when none."
+        ),
+    )
 
     @classmethod
     def tally(
@@ -230,7 +249,13 @@ class RanksStatus(ApiModel):
             missing_count=len(missing),
             failed=failed[:MAX_LISTED_RANKS],
             failed_count=len(failed),
+            missing_ranges=_ranges(missing, expected, "missing"),
+            failed_ranges=_ranges(failed, expected, "failed"),
         )
+
+
+def _ranges(refs: list[RankRef], expected: int, what: str) -> str | None:
+    return describe_ranks(((r.rank, r.pod) for r in refs), expected, what) if refs else None
 
 
 class StepTime(ApiModel):

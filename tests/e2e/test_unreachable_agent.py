@@ -39,4 +39,5 @@ def test_unreachable_agent_gives_partial_success_naming_the_pod(
     assert status["ranks"]["expected"] == 3 and status["ranks"]["captured"] == 2
     assert status["ranks"]["missing"] == [{"rank": 0, "pod": "part-master-0"}]
     ready = next(c for c in status["conditions"] if c["type"] == "Ready")
-    assert "rank 0 (pod part-master-0)" in ready["message"]
+    assert "rank 0 (1 of 3) missing: pod part-master-0" in ready["message"]
+    assert status["ranks"]["missingRanges"] == "rank 0 (1 of 3) missing: pod part-master-0"

@@ -1,0 +1,349 @@
+"""Calling many agents: the retry policy, the bound on calls in flight, partial results.
+
+Real aiohttp servers on loopback play the agents; an address in 127.0.0.0/8 where nothing
+listens refuses connections the way a crashed sidecar does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import socket
+from datetime import UTC, datetime
+from types import SimpleNamespace
+from typing import Self
+
+import aiohttp
+import pytest
+from aiohttp import web
+from stepscope_operator.agent_client import AgentClient, AgentError
+from stepscope_operator.context import SessionRecord
+from stepscope_operator.fanout import FanOut, RetryPolicy
+from stepscope_operator.following import PodObservation, only_silent_pending, poll_captures
+from stepscope_operator.planning import WindowPlan
+from stepscope_operator.probing import probe_agents
+from stepscope_operator.session_flow import observe
+from stepscope_operator.status import final_phase, judge_ranks, tally_ranks
+from stepscope_operator.targets import RankTarget
+from stepscope_operator.window_arming import describe_unreachable
+
+from stepscope.api import agent as wire
+from stepscope.api.session_status import Phase, Reason
+
+FAST_RETRIES = RetryPolicy(attempts=3, base_delay_s=0.01, max_delay_s=0.02)
+# Nothing listens here (the servers below bind 127.0.0.1 only): connections are refused.
+REFUSING_IP = "127.0.0.77"
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _status(pod: str) -> dict:
+    return {"pod": pod, "agentTime": 1.0, "agentVersion": "test", "currentStep": 50}
+
+
+class Agents:
+    """One loopback server answering for every pod; it counts calls and calls in flight."""
+
+    def __init__(self, handler) -> None:
+        self.handler = handler
+        self.calls = 0
+        self.in_flight = 0
+        self.most_in_flight = 0
+
+    async def _serve(self, request: web.Request) -> web.StreamResponse:
+        self.calls += 1
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            return await self.handler(self, request)
+        finally:
+            self.in_flight -= 1
+
+    async def __aenter__(self) -> Self:
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self._serve)
+        self._runner = web.AppRunner(app)
+        await self._runner.setup()
+        self.port = _free_port()
+        await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
+        self.http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+        return self
+
+    def client(self, fan_out: FanOut, timeout_s: float = 5.0) -> AgentClient:
+        return AgentClient(self.http, "token", self.port, timeout_s, fan_out)
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.http.close()
+        await self._runner.cleanup()
+
+
+# The retry policy.
+
+
+def test_pauses_grow_to_the_ceiling_and_stay_within_their_jitter_bounds():
+    policy = RetryPolicy(attempts=5, base_delay_s=0.2, max_delay_s=1.0)
+    assert [policy.delay_bounds(n) for n in (1, 2, 3, 4)] == [
+        (0.1, 0.2),
+        (0.2, 0.4),
+        (0.4, 0.8),
+        (0.5, 1.0),
+    ]
+    rng = random.Random(7)
+    for failed in (1, 2, 3, 4):
+        low, high = policy.delay_bounds(failed)
+        drawn = [policy.delay(failed, rng) for _ in range(200)]
+        assert all(low <= d <= high for d in drawn)
+        # Jittered: many agents that failed together do not come back together.
+        assert max(drawn) - min(drawn) > (high - low) / 2
+
+
+def test_a_policy_out_of_order_is_refused():
+    with pytest.raises(ValueError, match="attempts must be at least 1"):
+        RetryPolicy(attempts=0)
+    with pytest.raises(ValueError, match="base_delay_s"):
+        RetryPolicy(attempts=2, base_delay_s=3.0, max_delay_s=1.0)
+
+
+def _flaky(failures: int, status: int):
+    """Answers `status` to the first `failures` calls, then a good status."""
+
+    async def handler(agents: Agents, request: web.Request) -> web.StreamResponse:
+        if agents.calls <= failures:
+            return web.json_response({"error": "not now"}, status=status)
+        return web.json_response(_status("p"))
+
+    return handler
+
+
+@pytest.mark.parametrize(("status", "retried"), [(503, True), (500, True), (404, False)])
+def test_5xx_is_retried_and_4xx_is_not(status, retried):
+    async def run() -> tuple[Agents, object]:
+        async with Agents(_flaky(2, status)) as agents:
+            client = agents.client(FanOut(8, FAST_RETRIES))
+            try:
+                return agents, await client.status("p", "127.0.0.1")
+            except AgentError as exc:
+                return agents, exc
+
+    agents, outcome = asyncio.run(run())
+    if retried:
+        assert isinstance(outcome, wire.AgentStatus) and agents.calls == 3
+    else:
+        assert isinstance(outcome, AgentError) and not outcome.transient
+        assert outcome.status == 404 and agents.calls == 1
+        assert "attempts" not in str(outcome)
+
+
+def test_a_refused_connection_is_retried_then_given_up_naming_the_attempts():
+    async def run() -> AgentError:
+        async with aiohttp.ClientSession() as http:
+            client = AgentClient(http, "token", _free_port(), 2.0, FanOut(8, FAST_RETRIES))
+            with pytest.raises(AgentError) as caught:
+                await client.status("ddp-worker-3", REFUSING_IP)
+            return caught.value
+
+    error = asyncio.run(run())
+    assert error.transient and error.status is None and error.pod == "ddp-worker-3"
+    assert "(gave up after 3 attempts)" in str(error)
+
+
+def test_a_timeout_is_retried():
+    async def slow_first(agents: Agents, request: web.Request) -> web.StreamResponse:
+        if agents.calls == 1:
+            await asyncio.sleep(1.0)
+        return web.json_response(_status("p"))
+
+    async def run() -> int:
+        async with Agents(slow_first) as agents:
+            await agents.client(FanOut(8, FAST_RETRIES), timeout_s=0.3).status("p", "127.0.0.1")
+            return agents.calls
+
+    assert asyncio.run(run()) == 2
+
+
+def test_a_connection_reset_mid_request_is_retried():
+    async def reset_first(agents: Agents, request: web.Request) -> web.StreamResponse:
+        if agents.calls == 1:
+            request.transport.abort()  # RST, as a sidecar killed mid-reply
+            await asyncio.sleep(0.1)
+        return web.json_response(_status("p"))
+
+    async def run() -> int:
+        async with Agents(reset_first) as agents:
+            await agents.client(FanOut(8, FAST_RETRIES)).status("p", "127.0.0.1")
+            return agents.calls
+
+    assert asyncio.run(run()) == 2
+
+
+def test_a_malformed_reply_is_not_retried():
+    async def garbage(agents: Agents, request: web.Request) -> web.StreamResponse:
+        return web.Response(text="<html>", status=200)
+
+    async def run() -> tuple[int, AgentError]:
+        async with Agents(garbage) as agents:
+            with pytest.raises(AgentError) as caught:
+                await agents.client(FanOut(8, FAST_RETRIES)).status("p", "127.0.0.1")
+            return agents.calls, caught.value
+
+    calls, error = asyncio.run(run())
+    assert calls == 1 and not error.transient
+
+
+# The bound on calls in flight.
+
+
+def test_no_more_calls_are_in_flight_than_the_bound_and_all_complete():
+    async def slow(agents: Agents, request: web.Request) -> web.StreamResponse:
+        await asyncio.sleep(0.05)
+        return web.json_response(_status("p"))
+
+    async def run() -> tuple[Agents, dict]:
+        async with Agents(slow) as agents:
+            pods = {f"ddp-worker-{n}": "127.0.0.1" for n in range(200)}
+            probes = await probe_agents(agents.client(FanOut(8, FAST_RETRIES)), pods)
+            return agents, probes
+
+    agents, probes = asyncio.run(run())
+    assert len(probes) == 200 and all(p.ok for p in probes.values())
+    assert agents.calls == 200
+    assert agents.most_in_flight == 8  # reached, never passed
+    # The clock offset comes from the answered attempt alone, not the wait for a slot:
+    # the server answers agentTime=1.0, so the offset is about 1.0 minus the send time.
+    offsets = [p.clock_offset_s for p in probes.values()]
+    assert max(offsets) - min(offsets) < max(p.rtt_s for p in probes.values())
+
+
+def test_the_bound_is_shared_by_every_client_of_one_fan_out():
+    async def slow(agents: Agents, request: web.Request) -> web.StreamResponse:
+        await asyncio.sleep(0.05)
+        return web.json_response(_status("p"))
+
+    async def run() -> Agents:
+        async with Agents(slow) as agents:
+            shared = FanOut(5, FAST_RETRIES)
+            pods = {f"w-{n}": "127.0.0.1" for n in range(40)}
+            await asyncio.gather(
+                probe_agents(agents.client(shared), pods), probe_agents(agents.client(shared), pods)
+            )
+            return agents
+
+    agents = asyncio.run(run())
+    assert agents.calls == 80 and agents.most_in_flight == 5
+
+
+# Partial results.
+
+
+def test_agents_refusing_connections_give_partial_success_naming_them_in_ranges():
+    async def done(agents: Agents, request: web.Request) -> web.StreamResponse:
+        return web.json_response(
+            {
+                "captureId": "c",
+                "state": "done",
+                "startStep": 100,
+                "endStep": 104,
+                "ranks": [{"rank": 0, "state": "done", "firstStep": 100, "lastStep": 104}],
+            }
+        )
+
+    lost = {17, 18, 19, 512}
+    targets = [
+        RankTarget(
+            rank=n,
+            pod=f"ddp-worker-{n}",
+            namespace="team-a",
+            pod_ip=REFUSING_IP if n in lost else "127.0.0.1",
+            trace=True,
+        )
+        for n in range(600)
+    ]
+
+    async def run() -> dict:
+        async with Agents(done) as agents:
+            pod_ips = {t.pod: t.pod_ip for t in targets}
+            return await poll_captures(agents.client(FanOut(64, FAST_RETRIES)), pod_ips, "c")
+
+    observations = asyncio.run(run())
+    # One server answers for every pod, always as rank 0; give each pod its own rank back.
+    for target in targets:
+        observed = observations[target.pod]
+        if observed.capture is not None:
+            observed.capture.ranks[0].rank = target.rank
+    ranks = tally_ranks(judge_ranks(targets, observations, 100, 104))
+    phase, reason, message = final_phase(ranks)
+    assert (phase, reason) == (Phase.PARTIALLY_SUCCEEDED, Reason.SOME_RANKS_MISSING)
+    assert ranks.captured == 596 and ranks.missing_count == 4
+    named = "ranks 17-19, 512 (4 of 600) missing: pods ddp-worker-17..19, ddp-worker-512"
+    assert ranks.missing_ranges == named
+    assert message == f"596 of 600 ranks captured the window; {named}"
+    assert "gave up after 3 attempts" in observations["ddp-worker-17"].error
+
+
+def _observed(pod: str, state: str | None) -> PodObservation:
+    if state is None:
+        return PodObservation(pod=pod, error=f"agent in pod {pod}: connection refused")
+    body = {"captureId": "c", "state": state, "startStep": 1, "endStep": 2, "ranks": []}
+    return PodObservation(pod=pod, capture=wire.CaptureStatus.model_validate(body))
+
+
+def test_only_silent_agents_left_is_told_apart_from_work_still_under_way():
+    done, silent, busy = _observed("a", "done"), _observed("b", None), _observed("c", "capturing")
+    assert only_silent_pending({"a": done, "b": silent})
+    # A pod still capturing is worth waiting for; so is every pod when none answers at all.
+    assert not only_silent_pending({"a": done, "b": silent, "c": busy})
+    assert not only_silent_pending({"b": silent, "d": _observed("d", None)})
+    assert not only_silent_pending({"a": done})
+
+
+def test_unreachable_pods_at_arming_are_named_in_ranges_with_one_reason():
+    unreachable = {f"ddp-worker-{n}": f"arming failed: refused ({n})" for n in (3, 4, 5, 900)}
+    assert describe_unreachable(unreachable) == (
+        "4 unreachable pod(s): ddp-worker-3..5, ddp-worker-900 "
+        "(ddp-worker-3: arming failed: refused (3))"
+    )
+
+
+def test_settled_pods_are_not_polled_again():
+    """A finished pod's answer changes no more; at 1024 ranks asking again would fetch every
+    finished rank's summary on every poll."""
+
+    async def answer(agents: Agents, request: web.Request) -> web.StreamResponse:
+        done = agents.calls <= 2  # the first two pods asked are done, the rest capturing
+        body = {"captureId": "c", "state": "done" if done else "capturing"}
+        return web.json_response({**body, "startStep": 1, "endStep": 2, "ranks": []})
+
+    now = datetime.now(UTC)
+    plan = WindowPlan(
+        start_step=1,
+        end_step=2,
+        steps=2,
+        warmup_steps=0,
+        highest_step=0,
+        step_time_ms=100.0,
+        steps_ahead=1,
+        expected_start=now,
+        expected_end=now,
+    )
+    targets = [
+        RankTarget(rank=n, pod=f"w-{n}", namespace="team-a", pod_ip="127.0.0.1") for n in range(4)
+    ]
+    record = SessionRecord(capture_id="c", plan=plan, targets=targets, capture_deadline=now)
+    view = SimpleNamespace(namespace="team-a")
+
+    async def run() -> tuple[int, int, dict]:
+        async with Agents(answer) as agents:
+            ctx = SimpleNamespace(agents=lambda namespace: agents.client(FanOut(1, FAST_RETRIES)))
+            first = await observe(ctx, view, record)
+            asked_first = agents.calls
+            settled = {pod: o for pod, o in first.items() if o.settled}
+            second = await observe(ctx, view, record, settled)
+            return asked_first, agents.calls - asked_first, second
+
+    asked_first, asked_second, second = asyncio.run(run())
+    assert asked_first == 4 and asked_second == 2
+    assert sum(o.settled for o in second.values()) == 2 and len(second) == 4
