@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ __all__ = [
     "chart_operator_kubeconfig",
     "operator_env",
     "raw_trace_imports",
+    "rbac_denials",
 ]
 
 # The operator processes of a test run sign with this keyring; pods the tests build trust
@@ -136,3 +138,19 @@ def chart_operator_kubeconfig(local_cluster, path: Path) -> Path:
         )
     )
     return path
+
+
+_LOG_RECORD = re.compile(r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}", re.MULTILINE)
+
+
+def rbac_denials(logs: str) -> list[str]:
+    """The operator's log records that report a request its permissions refused. A 403
+    because a namespace is being deleted (another test's, seen by a cluster-wide watch) is
+    the API server protecting a dying namespace, not a missing permission."""
+    starts = [m.start() for m in _LOG_RECORD.finditer(logs)] + [len(logs)]
+    records = [logs[a:b] for a, b in zip(starts, starts[1:], strict=False)]
+    return [
+        record
+        for record in records
+        if ("Forbidden" in record or " 403" in record) and "NamespaceTerminating" not in record
+    ]

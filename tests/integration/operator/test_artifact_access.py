@@ -29,6 +29,7 @@ from support.operator_helpers import (
     chart_operator_kubeconfig,
     get_session,
     operator_env,
+    rbac_denials,
     session_events,
 )
 
@@ -121,7 +122,8 @@ def artifact_endpoint(local_cluster, session_crds, tmp_path):
     operator.stop()
     logs = operator.logs()
     print(logs[-6000:])
-    assert "Forbidden" not in logs and " 403" not in logs, logs[-4000:]
+    denials = rbac_denials(logs)
+    assert not denials, "\n".join(denials)[-4000:]
 
 
 def _kubectl_plugin(local_cluster, args: list[str], token: str, ca: Path, url: str):

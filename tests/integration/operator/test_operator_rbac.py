@@ -14,6 +14,7 @@ from support.operator_helpers import (
     chart_operator_kubeconfig,
     get_session,
     operator_env,
+    rbac_denials,
     session_phase,
 )
 
@@ -57,7 +58,8 @@ def test_session_lifecycle_with_only_the_charts_permissions(
     finally:
         operator.stop()
     logs = operator.logs()
-    assert "Forbidden" not in logs and " 403" not in logs, logs[-4000:]
+    denials = rbac_denials(logs)
+    assert not denials, "\n".join(denials)[-4000:]
     # The analysis Job is created, read and deleted in the session's namespace; the real
     # API server says the chart's account may do exactly that, and no more (no list).
     user = f"--as=system:serviceaccount:{RELEASE_NAMESPACE}:{account}"

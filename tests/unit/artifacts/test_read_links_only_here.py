@@ -1,5 +1,7 @@
-"""Read access leaves the operator by one path only: every presigned URL it signs is an upload
-grant, except the artifact endpoint's GET links (docs/security.md, "Reading artifacts")."""
+"""Read access leaves the operator by two paths only: every presigned URL it signs is an upload
+grant, except the artifact endpoint's GET links for a session's readers (docs/security.md,
+"Reading artifacts") and the GETs of its own inputs handed to the session's analysis Job in
+the session's namespace (grants.get_url, "The analysis Job")."""
 
 import ast
 from pathlib import Path
@@ -30,6 +32,12 @@ def signed_operations() -> list[tuple[str, str]]:
 def test_only_the_artifact_endpoint_signs_reads():
     operations = signed_operations()
     reads = {(module, op) for module, op in operations if op.startswith(READ_OPERATIONS)}
-    assert reads == {("artifact_access.py", "get_object")}
+    assert reads == {("artifact_access.py", "get_object"), ("grants.py", "get_object")}
+    callers = {
+        path.name
+        for path in PACKAGE_DIR.rglob("*.py")
+        if "get_url(" in path.read_text() and path.name != "grants.py"
+    }
+    assert callers == {"rendering.py"}, "only the analysis Job's plan may carry read grants"
     # The rest are the agents' upload grants.
     assert {op for _, op in operations} - {"get_object"}
