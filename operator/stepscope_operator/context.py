@@ -122,7 +122,7 @@ class SessionView:
         return session_prefix(settings.s3_prefix, self.namespace, self.name, self.uid)
 
 
-class SessionRecord(BaseModel):
+class PersistedPlan(BaseModel):
     """The plan of one session, stored as plan.json next to its artifacts before any agent
     is armed: a restarted operator resumes with exactly this plan, not a new one."""
 
@@ -141,14 +141,14 @@ class SessionRecord(BaseModel):
         return {t.pod: t.pod_ip for t in self.targets}
 
 
-def save_record(ctx: OperatorContext, view: SessionView, record: SessionRecord) -> None:
+def save_plan(ctx: OperatorContext, view: SessionView, record: PersistedPlan) -> None:
     key = session_key(view.prefix(ctx.settings), SessionArtifact.PLAN)
     ctx.buckets.put_bytes(key, record.model_dump_json().encode(), "application/json")
 
 
-def load_record(ctx: OperatorContext, view: SessionView) -> SessionRecord | None:
+def load_plan(ctx: OperatorContext, view: SessionView) -> PersistedPlan | None:
     raw = ctx.buckets.get_bytes(session_key(view.prefix(ctx.settings), SessionArtifact.PLAN))
-    return SessionRecord.model_validate(json.loads(raw)) if raw else None
+    return PersistedPlan.model_validate(json.loads(raw)) if raw else None
 
 
 @dataclass
@@ -227,7 +227,7 @@ class StatusWriter:
         prefix = self.view.prefix(settings)
         try:
             stored = await asyncio.to_thread(self.ctx.buckets.list_keys, prefix)
-            record = await asyncio.to_thread(load_record, self.ctx, self.view) if stored else None
+            record = await asyncio.to_thread(load_plan, self.ctx, self.view) if stored else None
         except (BotoCoreError, ClientError):
             # Storage trouble must not block the final write; the sweep retries later.
             stored, record = None, None

@@ -21,7 +21,7 @@ from stepscope.api.session_status import Reason
 from stepscope_operator.probing import Probe
 
 
-class WindowSpec(Protocol):
+class WindowRequest(Protocol):
     """The fields of `spec.window` the planner reads (the API model provides them)."""
 
     steps: int
@@ -62,7 +62,7 @@ class Progress:
 
 def plan_window(
     probes: Iterable[Probe],
-    window: WindowSpec,
+    window: WindowRequest,
     now: datetime,
     margin_seconds: float = 2.0,
     deadline: datetime | None = None,
@@ -132,7 +132,7 @@ def measure_progress(probes: Iterable[Probe], min_steps: int) -> Progress:
     )
 
 
-def start_step_for(progress: Progress, window: WindowSpec, margin_seconds: float) -> int:
+def start_step_for(progress: Progress, window: WindowRequest, margin_seconds: float) -> int:
     """The planned start: past the highest step by the warm-up and the lead (or the time
     to arm, for a fixed startStep, which must still be that far ahead)."""
     if window.start_step is not None:

@@ -3,7 +3,7 @@
 The phase in status says where to resume: Pending waits for its turn,
 Planning resolves, probes, plans and arms (reusing plan.json when it exists,
 so a restart never re-plans an armed window), Armed/Capturing follow the
-agents (and re-plan a window the ranks passed before the arm, see window_arming),
+agents (and re-plan a window the ranks passed before the arm, see session_arming),
 Collecting/Analyzing judge, merge and publish. Every wait is bounded:
 by `timeoutSeconds` before arming, by the capture deadline after it.
 """
@@ -19,7 +19,6 @@ from pydantic import ValidationError
 
 from stepscope.analysis.merge import MergeError
 from stepscope.api.session_status import Phase, Reason, StatusWindow
-from stepscope_operator.arming import cancel_captures, capture_id_for
 from stepscope_operator.baselines import compare_with_baseline
 from stepscope_operator.budgets import enforce_rank_budgets
 from stepscope_operator.collecting import (
@@ -30,11 +29,11 @@ from stepscope_operator.collecting import (
 )
 from stepscope_operator.context import (
     OperatorContext,
-    SessionRecord,
+    PersistedPlan,
     SessionView,
     StatusWriter,
-    load_record,
-    save_record,
+    load_plan,
+    save_plan,
 )
 from stepscope_operator.errors import describe_exception, is_transient
 from stepscope_operator.following import (
@@ -44,11 +43,13 @@ from stepscope_operator.following import (
     poll_captures,
 )
 from stepscope_operator.planning import PlanningError, plan_window
+from stepscope_operator.pod_arming import cancel_captures, capture_id_for
 from stepscope_operator.probing import probe_agents
 from stepscope_operator.queueing import active_sessions, blocking_session
 from stepscope_operator.quota import within_quota
 from stepscope_operator.rendering import SessionIdentity, render_artifacts
 from stepscope_operator.retention import PendingDelete, grants_expire_at, record_pending_delete
+from stepscope_operator.session_arming import MISSED_NOTHING, arm_record, replan_missed_window
 from stepscope_operator.settings import session_retention
 from stepscope_operator.status import (
     ANALYZED,
@@ -62,7 +63,6 @@ from stepscope_operator.status import (
     tally_ranks,
 )
 from stepscope_operator.targets import InvalidTarget, NoLivePods, RankTarget, resolve_targets
-from stepscope_operator.window_arming import MISSED_NOTHING, arm_record, replan_missed_window
 
 
 async def run_session(ctx: OperatorContext, body: dict[str, Any], stopped: Any) -> None:
@@ -93,7 +93,7 @@ async def drive_session(
     if writer.phase in (Phase.PENDING, Phase.PLANNING):
         record = await plan_and_arm(ctx, view, writer, stopped)
     else:
-        record = await asyncio.to_thread(load_record, ctx, view)
+        record = await asyncio.to_thread(load_plan, ctx, view)
         if record is None:
             await writer.fail(
                 Reason.PLAN_LOST, "the session's plan.json is gone from S3; cannot resume"
@@ -214,20 +214,20 @@ async def list_targets(ctx: OperatorContext, view: SessionView) -> list[RankTarg
 
 async def plan_and_arm(
     ctx: OperatorContext, view: SessionView, writer: StatusWriter, stopped: Any
-) -> SessionRecord | None:
-    record = await asyncio.to_thread(load_record, ctx, view)
+) -> PersistedPlan | None:
+    record = await asyncio.to_thread(load_plan, ctx, view)
     if record is None:
         record = await make_plan(ctx, view, writer, stopped)
         if record is None:
             return None
-        await asyncio.to_thread(save_record, ctx, view, record)
+        await asyncio.to_thread(save_plan, ctx, view, record)
     await arm_record(ctx, view, writer, record)
     return record if writer.phase == Phase.ARMED else None
 
 
 async def make_plan(
     ctx: OperatorContext, view: SessionView, writer: StatusWriter, stopped: Any
-) -> SessionRecord | None:
+) -> PersistedPlan | None:
     """Resolve the target's ranks, probe their agents and plan the window; retry while the
     trainers have not started stepping, until timeoutSeconds after creation."""
     timeout = timedelta(seconds=view.spec.window.timeout_seconds)
@@ -270,7 +270,7 @@ async def make_plan(
                     return None
                 last_wait = (exc.reason, str(exc))
             else:
-                return SessionRecord(
+                return PersistedPlan(
                     capture_id=capture_id_for(view.name, view.uid),
                     plan=plan,
                     targets=targets,
@@ -294,7 +294,7 @@ async def make_plan(
 async def observe(
     ctx: OperatorContext,
     view: SessionView,
-    record: SessionRecord,
+    record: PersistedPlan,
     settled: dict[str, PodObservation] | None = None,
 ) -> dict[str, PodObservation]:
     """Every pod's capture state; pods that were never armed say why. Pods in `settled`
@@ -316,7 +316,7 @@ async def observe(
 async def follow(
     ctx: OperatorContext,
     view: SessionView,
-    record: SessionRecord,
+    record: PersistedPlan,
     writer: StatusWriter,
     stopped: Any,
 ) -> dict[str, PodObservation] | None:
@@ -357,7 +357,7 @@ async def collect_and_analyze(
     ctx: OperatorContext,
     view: SessionView,
     writer: StatusWriter,
-    record: SessionRecord,
+    record: PersistedPlan,
     observations: dict[str, PodObservation],
 ) -> None:
     outcomes = judge_ranks(
@@ -451,7 +451,7 @@ async def cleanup_session(ctx: OperatorContext, body: dict[str, Any], retain: bo
     is cleaned again after it expires. Returns what was done, for the log; a storage error
     is raised as it is (the finalizer retries)."""
     view = SessionView.from_body(body)
-    record = await asyncio.to_thread(load_record, ctx, view)
+    record = await asyncio.to_thread(load_plan, ctx, view)
     cancelled = {}
     if record is not None and not is_final(view.status.phase):
         cancelled = await cancel_captures(

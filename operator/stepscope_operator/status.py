@@ -208,43 +208,67 @@ def summary_from_job(job: JobSummary, unprofiled_step_ms: float | None = None) -
     `unprofiled_step_ms` is the agents' recent median step time before the window (from the
     planning probe); the profiler's overhead is how much slower the captured steps ran.
     """
+    step_time = _step_time(job)
+    mean = job.mean_breakdown
+    timings_only = step_timings_only(job)
+    overhead = None
+    if step_time is not None and unprofiled_step_ms:
+        overhead = _pct(100.0 * (step_time.p50 / unprofiled_step_ms - 1.0))
+    return Summary(
+        step_time_ms=step_time,
+        profiler_overhead_pct=overhead,
+        breakdown=_breakdown(job, timings_only),
+        overlap=_pct(100.0 * mean.comm_overlapped_ms / mean.comm_ms) if mean.comm_ms > 0 else None,
+        straggler=_straggler(job),
+        **_bottleneck(job, timings_only),
+        findings=_findings(job),
+    )
+
+
+def _step_time(job: JobSummary) -> StepTime | None:
+    """Median and p95 over every rank's steps of the window all ranks recorded."""
     durations = [
         step.duration_ms
         for rank in job.ranks
         for step in rank.steps
         if not job.common_steps or step.step in job.common_steps
     ]
-    step_time = None
-    if durations:
-        step_time = StepTime(
-            p50=round(statistics.median(durations), 3), p95=round(_p95(durations), 3)
-        )
-    mean = job.mean_breakdown
-    breakdown = None
+    if not durations:
+        return None
+    return StepTime(p50=round(statistics.median(durations), 3), p95=round(_p95(durations), 3))
+
+
+def _breakdown(job: JobSummary, timings_only: bool) -> Breakdown | None:
     # From step timings alone, compute is compute-or-unattributed: a breakdown would claim
     # 0% communication, so the status gives none and the findings say what was measured.
-    timings_only = step_timings_only(job)
-    if mean.total_ms > 0 and not timings_only:
-        breakdown = Breakdown(
-            compute=_pct(mean.percent("compute_ms")),
-            exposed_communication=_pct(mean.percent("comm_exposed_ms")),
-            data_loading=_pct(mean.percent("data_loading_ms")),
-            host_overhead=_pct(mean.percent("host_overhead_ms")),
-            idle=_pct(mean.percent("idle_ms")),
-        )
-    overlap = None
-    if mean.comm_ms > 0:
-        overlap = _pct(100.0 * mean.comm_overlapped_ms / mean.comm_ms)
-    straggler = None
-    if job.straggler is not None:
-        placed = job.placement.get(job.straggler.rank)
-        straggler = Straggler(
-            rank=job.straggler.rank,
-            pod=placed.pod if placed else None,
-            node=job.straggler.node or (placed.node if placed else None),
-            excess_ms=max(0.0, round(job.straggler.excess_ms, 3)),
-        )
-    findings = [
+    mean = job.mean_breakdown
+    if mean.total_ms <= 0 or timings_only:
+        return None
+    return Breakdown(
+        compute=_pct(mean.percent("compute_ms")),
+        exposed_communication=_pct(mean.percent("comm_exposed_ms")),
+        data_loading=_pct(mean.percent("data_loading_ms")),
+        host_overhead=_pct(mean.percent("host_overhead_ms")),
+        idle=_pct(mean.percent("idle_ms")),
+    )
+
+
+def _straggler(job: JobSummary) -> Straggler | None:
+    if job.straggler is None:
+        return None
+    placed = job.placement.get(job.straggler.rank)
+    return Straggler(
+        rank=job.straggler.rank,
+        pod=placed.pod if placed else None,
+        node=job.straggler.node or (placed.node if placed else None),
+        excess_ms=max(0.0, round(job.straggler.excess_ms, 3)),
+    )
+
+
+def _findings(job: JobSummary) -> list[Finding]:
+    """The findings that cost the most step time first, at most MAX_FINDINGS."""
+    ranked = sorted(job.findings, key=lambda f: (-f.impact_pct, -f.severity.order))
+    return [
         Finding(
             id=f.id,
             severity=f.severity.value,
@@ -252,22 +276,8 @@ def summary_from_job(job: JobSummary, unprofiled_step_ms: float | None = None) -
             recommendation=_clip(f.recommendation, FINDING_TEXT_MAX_LENGTH),
             confidence=f.confidence,
         )
-        for f in sorted(job.findings, key=lambda f: (-f.impact_pct, -f.severity.order))[
-            :MAX_FINDINGS
-        ]
+        for f in ranked[:MAX_FINDINGS]
     ]
-    overhead = None
-    if step_time is not None and unprofiled_step_ms:
-        overhead = _pct(100.0 * (step_time.p50 / unprofiled_step_ms - 1.0))
-    return Summary(
-        step_time_ms=step_time,
-        profiler_overhead_pct=overhead,
-        breakdown=breakdown,
-        overlap=overlap,
-        straggler=straggler,
-        **_bottleneck(job, timings_only),
-        findings=findings,
-    )
 
 
 def step_timings_only(job: JobSummary) -> bool:

@@ -18,7 +18,6 @@ from pathlib import Path
 import aiohttp
 import pytest
 from stepscope_operator.agent_client import AgentClient
-from stepscope_operator.arming import arm_pod, capture_id_for
 from stepscope_operator.buckets import connect_buckets
 from stepscope_operator.collecting import (
     gather_summaries,
@@ -28,6 +27,7 @@ from stepscope_operator.collecting import (
 )
 from stepscope_operator.following import poll_captures
 from stepscope_operator.planning import PlanningError, plan_window
+from stepscope_operator.pod_arming import arm_pod, capture_id_for
 from stepscope_operator.probing import probe_agents
 from stepscope_operator.rendering import ARTIFACTS_RENDERED, render_artifacts
 from stepscope_operator.settings import load_settings

@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from stepscope_agent.uploading import upload_file
 from stepscope_operator.buckets import connect_buckets
-from stepscope_operator.context import SessionRecord
+from stepscope_operator.context import PersistedPlan
 from stepscope_operator.grants import create_rank_grants
 from stepscope_operator.handlers import CLEANUP, FINALIZER
 from stepscope_operator.planning import WindowPlan
@@ -151,7 +151,7 @@ def _plan_as_armed(local_cluster, prefix: str, deadline: datetime) -> None:
         expected_start=now,
         expected_end=now,
     )
-    record = SessionRecord(capture_id="late-x", plan=plan, targets=[], capture_deadline=deadline)
+    record = PersistedPlan(capture_id="late-x", plan=plan, targets=[], capture_deadline=deadline)
     local_cluster.s3_client().put_object(
         Bucket=local_cluster.s3_bucket,
         Key=session_key(prefix, SessionArtifact.PLAN),

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import socket
 from datetime import UTC, datetime
 from types import SimpleNamespace
 from typing import Self
@@ -17,15 +16,17 @@ import aiohttp
 import pytest
 from aiohttp import web
 from stepscope_operator.agent_client import AgentClient, AgentError
-from stepscope_operator.context import SessionRecord
+from stepscope_operator.call_signing import AgentKeyring
+from stepscope_operator.context import PersistedPlan
 from stepscope_operator.fanout import FanOut, RetryPolicy
 from stepscope_operator.following import PodObservation, only_silent_pending, poll_captures
 from stepscope_operator.planning import WindowPlan
 from stepscope_operator.probing import probe_agents
+from stepscope_operator.session_arming import describe_unreachable
 from stepscope_operator.session_flow import observe
 from stepscope_operator.status import final_phase, judge_ranks, tally_ranks
 from stepscope_operator.targets import RankTarget
-from stepscope_operator.window_arming import describe_unreachable
+from support import free_port
 
 from stepscope.api import agent as wire
 from stepscope.api.session_status import Phase, Reason
@@ -35,10 +36,8 @@ FAST_RETRIES = RetryPolicy(attempts=3, base_delay_s=0.01, max_delay_s=0.02)
 REFUSING_IP = "127.0.0.77"
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+# The agents here are plain aiohttp servers that do not verify; the calls are signed anyway.
+KEYRING = AgentKeyring.generate()
 
 
 def _status(pod: str) -> dict:
@@ -68,13 +67,13 @@ class Agents:
         app.router.add_route("*", "/{tail:.*}", self._serve)
         self._runner = web.AppRunner(app)
         await self._runner.setup()
-        self.port = _free_port()
+        self.port = free_port()
         await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
         self.http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
         return self
 
     def client(self, fan_out: FanOut, timeout_s: float = 5.0) -> AgentClient:
-        return AgentClient(self.http, "token", self.port, timeout_s, fan_out)
+        return AgentClient(self.http, KEYRING, "ns", self.port, timeout_s, fan_out)
 
     async def __aexit__(self, *exc: object) -> None:
         await self.http.close()
@@ -141,7 +140,7 @@ def test_5xx_is_retried_and_4xx_is_not(status, retried):
 def test_a_refused_connection_is_retried_then_given_up_naming_the_attempts():
     async def run() -> AgentError:
         async with aiohttp.ClientSession() as http:
-            client = AgentClient(http, "token", _free_port(), 2.0, FanOut(8, FAST_RETRIES))
+            client = AgentClient(http, KEYRING, "ns", free_port(), 2.0, FanOut(8, FAST_RETRIES))
             with pytest.raises(AgentError) as caught:
                 await client.status("ddp-worker-3", REFUSING_IP)
             return caught.value
@@ -332,7 +331,7 @@ def test_settled_pods_are_not_polled_again():
     targets = [
         RankTarget(rank=n, pod=f"w-{n}", namespace="team-a", pod_ip="127.0.0.1") for n in range(4)
     ]
-    record = SessionRecord(capture_id="c", plan=plan, targets=targets, capture_deadline=now)
+    record = PersistedPlan(capture_id="c", plan=plan, targets=targets, capture_deadline=now)
     view = SimpleNamespace(namespace="team-a")
 
     async def run() -> tuple[int, int, dict]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import time
 
 import aiohttp
@@ -17,17 +16,12 @@ import pytest
 from aiohttp import web
 from stepscope_operator.agent_client import MAX_REPLY_BYTES, AgentClient, AgentError
 from stepscope_operator.call_signing import AgentKeyring
+from support import free_port
 
 from stepscope.api import agent as wire
 
 POD = "llama-ft-worker-3"
 GOOD_STATUS = {"pod": POD, "agentTime": 1.0, "agentVersion": "test"}
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 async def _streamed_forever(request: web.Request) -> web.StreamResponse:
@@ -62,7 +56,7 @@ async def _ask(reply) -> wire.AgentStatus:
     app.router.add_get(wire.STATUS_PATH, handler)
     runner = web.AppRunner(app)
     await runner.setup()
-    port = _free_port()
+    port = free_port()
     await web.TCPSite(runner, "127.0.0.1", port).start()
     try:
         async with aiohttp.ClientSession() as session:

@@ -13,23 +13,29 @@ from typing import Any
 
 from stepscope.api.rank_ranges import pod_ranges
 from stepscope.api.session_status import Phase, RanksStatus, Reason, StatusWindow
-from stepscope_operator.arming import arm_pod, cancel_captures, capture_id_for
 from stepscope_operator.context import (
     OperatorContext,
-    SessionRecord,
+    PersistedPlan,
     SessionView,
     StatusWriter,
-    save_record,
+    save_plan,
 )
 from stepscope_operator.following import PodObservation
-from stepscope_operator.planning import LeadWindow, PlanningError, decide_replan, plan_window
+from stepscope_operator.planning import (
+    LeadWindow,
+    PlanningError,
+    ReplanDecision,
+    decide_replan,
+    plan_window,
+)
+from stepscope_operator.pod_arming import arm_pod, cancel_captures, capture_id_for
 from stepscope_operator.probing import probe_agents
 from stepscope_operator.status import ARMED, CAPTURED, judge_ranks, tally_ranks
 from stepscope_operator.targets import group_by_pod
 
 
 async def arm_record(
-    ctx: OperatorContext, view: SessionView, writer: StatusWriter, record: SessionRecord
+    ctx: OperatorContext, view: SessionView, writer: StatusWriter, record: PersistedPlan
 ) -> None:
     """Arm every reachable pod for the record's window; Armed, or Failed when none could be."""
     await writer.enter(
@@ -65,7 +71,7 @@ async def arm_record(
     for pod, result in zip(pods, results, strict=True):
         if isinstance(result, Exception):
             record.unreachable[pod] = f"arming failed: {result}"
-    await asyncio.to_thread(save_record, ctx, view, record)
+    await asyncio.to_thread(save_plan, ctx, view, record)
     armed = len(pods) - sum(isinstance(r, Exception) for r in results)
     if armed == 0:
         await writer.fail(
@@ -105,7 +111,7 @@ async def replan_missed_window(
     ctx: OperatorContext,
     view: SessionView,
     writer: StatusWriter,
-    record: SessionRecord,
+    record: PersistedPlan,
     observations: dict[str, PodObservation],
     stopped: Any,
 ) -> Any:
@@ -116,17 +122,7 @@ async def replan_missed_window(
     outcomes = judge_ranks(
         record.targets, observations, record.plan.start_step, record.plan.end_step
     )
-    lead = record.lead_seconds
-    if lead is None:
-        lead = float(view.spec.window.lead_seconds)
-    decision = decide_replan(
-        ((o.verdict, o.failure) for o in outcomes),
-        record.plan,
-        lead,
-        record.missed_windows,
-        ctx.settings.max_replans,
-        fixed_start=view.spec.window.start_step is not None,
-    )
+    decision = decide_on_missed_window(ctx, view, record, outcomes)
     if decision is None:
         return MISSED_NOTHING
     if not decision.replan:
@@ -138,9 +134,47 @@ async def replan_missed_window(
             ranks=tally_ranks(outcomes),
         )
         return None
-    armed = {pod: ip for pod, ip in record.pod_ips.items() if pod not in record.unreachable}
     await ctx.kube.post_event(view.body, "Warning", Reason.REPLANNED, decision.message)
     await writer.enter(Phase.PLANNING, Reason.REPLANNING, decision.message)
+    replanned = await plan_further_ahead(ctx, view, writer, record, decision, stopped)
+    if replanned is None:
+        return None
+    armed = {pod: ip for pod, ip in record.pod_ips.items() if pod not in record.unreachable}
+    # Persisted before anything else, so a restarted operator resumes this window.
+    await asyncio.to_thread(save_plan, ctx, view, replanned)
+    await cancel_captures(ctx.agents(view.namespace), armed, record.capture_id)
+    await arm_record(ctx, view, writer, replanned)
+    return replanned if writer.phase == Phase.ARMED else None
+
+
+def decide_on_missed_window(
+    ctx: OperatorContext, view: SessionView, record: PersistedPlan, outcomes: list
+) -> ReplanDecision | None:
+    """planning.decide_replan with this session's lead, history and limits."""
+    lead = record.lead_seconds
+    if lead is None:
+        lead = float(view.spec.window.lead_seconds)
+    return decide_replan(
+        ((o.verdict, o.failure) for o in outcomes),
+        record.plan,
+        lead,
+        record.missed_windows,
+        ctx.settings.max_replans,
+        fixed_start=view.spec.window.start_step is not None,
+    )
+
+
+async def plan_further_ahead(
+    ctx: OperatorContext,
+    view: SessionView,
+    writer: StatusWriter,
+    record: PersistedPlan,
+    decision: ReplanDecision,
+    stopped: Any,
+) -> PersistedPlan | None:
+    """Probe and plan again with the decision's longer lead, retrying while planning says
+    so until the capture deadline; the new plan under a new capture id, or None when the
+    session ended (Failed) or the operator stopped."""
     window = LeadWindow(
         steps=view.spec.window.steps,
         warmup_steps=view.spec.window.warmup_steps,
@@ -164,8 +198,7 @@ async def replan_missed_window(
             await stopped.wait(ctx.settings.poll_interval_seconds)
             continue
         attempt = len(record.missed_windows) + 1
-        missed_capture = record.capture_id
-        record = record.model_copy(
+        return record.model_copy(
             update={
                 "capture_id": f"{capture_id_for(view.name, view.uid)}-r{attempt}",
                 "plan": plan,
@@ -176,9 +209,4 @@ async def replan_missed_window(
                 },
             }
         )
-        # Persisted before anything else, so a restarted operator resumes this window.
-        await asyncio.to_thread(save_record, ctx, view, record)
-        await cancel_captures(ctx.agents(view.namespace), armed, missed_capture)
-        await arm_record(ctx, view, writer, record)
-        return record if writer.phase == Phase.ARMED else None
     return None
