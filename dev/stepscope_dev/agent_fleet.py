@@ -25,6 +25,7 @@ from typing import Any
 
 from stepscope_agent import messages, settings
 from stepscope_agent.channel import Channel, Disconnected
+from stepscope_agent.grant_endpoint import StorageEndpoint
 from stepscope_agent.http_api import AgentHttpServer, serve_http
 from stepscope_agent.sidecar import Agent
 from stepscope_agent.sidecar_settings import SidecarSettings
@@ -174,7 +175,7 @@ def start_pod(
         host=fleet_ip(index),
         port=port,
         trusted_keys=trusted_keys,
-        storage_endpoint=storage_endpoint,
+        storage_endpoint=StorageEndpoint.parse(storage_endpoint),
         pod=name,
         namespace=namespace,
         node="fleet-node",
