@@ -26,6 +26,7 @@ __all__ = [
     "operator_env",
     "raw_trace_imports",
     "rbac_denials",
+    "write_session_status",
 ]
 
 # The operator processes of a test run sign with this keyring; pods the tests build trust
@@ -57,6 +58,21 @@ def audited_operator(env: dict[str, str], log_path: Path) -> OperatorProcess:
 def raw_trace_imports(process: OperatorProcess) -> list[str]:
     """Raw-trace modules the audited operator imported (the operator must import none)."""
     return import_audit.forbidden_imports(Path(process.env[import_audit.AUDIT_FILE_ENV]))
+
+
+def write_session_status(local_cluster, namespace: str, name: str, status: Any) -> None:
+    """Write a ProfileSessionStatus through the status subresource, as the operator does."""
+    local_cluster.kubectl(
+        "patch",
+        "profilesession",
+        name,
+        "-n",
+        namespace,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        json.dumps({"status": status.to_wire()}),
+    )
 
 
 def get_session(local_cluster, namespace: str, name: str) -> dict[str, Any] | None:

@@ -7,6 +7,7 @@ import time
 from datetime import UTC, datetime
 
 import pytest
+from support.operator_helpers import write_session_status
 
 from stepscope.api import (
     ProfileSchedule,
@@ -110,20 +111,6 @@ def create_session(cluster, namespace: str, name: str) -> None:
     )
 
 
-def write_status(cluster, namespace: str, name: str, status: ProfileSessionStatus) -> None:
-    cluster.kubectl(
-        "patch",
-        "profilesession",
-        name,
-        "-n",
-        namespace,
-        "--subresource=status",
-        "--type=merge",
-        "-p",
-        json.dumps({"status": status.to_wire()}),
-    )
-
-
 def read(cluster, namespace: str, name: str) -> dict:
     return json.loads(
         cluster.kubectl("get", "profilesession", name, "-n", namespace, "-o", "json").stdout
@@ -133,7 +120,7 @@ def read(cluster, namespace: str, name: str) -> dict:
 def test_status_round_trips_and_describe_renders_it(crds_installed, namespace) -> None:
     create_session(crds_installed, namespace, "llama-ft-1")
     status = full_status()
-    write_status(crds_installed, namespace, "llama-ft-1", status)
+    write_session_status(crds_installed, namespace, "llama-ft-1", status)
 
     stored = ProfileSession.model_validate(read(crds_installed, namespace, "llama-ft-1"))
     assert stored.status == status
@@ -160,7 +147,7 @@ def test_status_write_leaves_generation_and_spec_write_bumps_it(crds_installed, 
     create_session(crds_installed, namespace, "gen")
     assert read(crds_installed, namespace, "gen")["metadata"]["generation"] == 1
 
-    write_status(crds_installed, namespace, "gen", full_status())
+    write_session_status(crds_installed, namespace, "gen", full_status())
     after_status = read(crds_installed, namespace, "gen")
     assert after_status["metadata"]["generation"] == 1
     assert after_status["status"]["phase"] == "PartiallySucceeded"
@@ -218,7 +205,7 @@ def test_deleting_a_namespace_with_sessions_completes(crds_installed) -> None:
     crds_installed.kubectl("create", "namespace", namespace)
     for index in range(3):
         create_session(crds_installed, namespace, f"session-{index}")
-        write_status(crds_installed, namespace, f"session-{index}", full_status())
+        write_session_status(crds_installed, namespace, f"session-{index}", full_status())
 
     crds_installed.kubectl("delete", "namespace", namespace, "--wait=false")
     deadline = time.monotonic() + NAMESPACE_DELETE_TIMEOUT_S
@@ -316,7 +303,7 @@ def test_a_long_upload_error_is_clipped_and_the_server_accepts_it(crds_installed
             )
         }
     )
-    write_status(crds_installed, namespace, "long-reason", status)
+    write_session_status(crds_installed, namespace, "long-reason", status)
     stored = read(crds_installed, namespace, "long-reason")["status"]["ranks"]["failed"][0]
     assert stored["reason"] == reason[:127] + "…"
     assert ProfileSession.model_validate(read(crds_installed, namespace, "long-reason")).status == (

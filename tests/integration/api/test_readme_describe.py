@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from support.operator_helpers import write_session_status
 
 from stepscope.api import ProfileSessionStatus
 
@@ -70,17 +71,7 @@ def test_readme_describe_block_is_real_kubectl_output(crds_installed, namespace)
     name = session["metadata"]["name"]
     crds_installed.kubectl("create", "-n", namespace, "-f", "-", input=json.dumps(session))
     status = ProfileSessionStatus.model_validate_json(STATUS.read_text(encoding="utf-8"))
-    crds_installed.kubectl(
-        "patch",
-        "profilesession",
-        name,
-        "-n",
-        namespace,
-        "--subresource=status",
-        "--type=merge",
-        "-p",
-        json.dumps({"status": status.to_wire()}),
-    )
+    write_session_status(crds_installed, namespace, name, status)
     printed = crds_installed.kubectl("describe", "profilesession", name, "-n", namespace).stdout
     # The README shows the demo's namespace; this test ran in a fresh one.
     lines = [line.rstrip().replace(namespace, "default") for line in printed.splitlines()]
