@@ -29,7 +29,6 @@ async def judge_session(
     session: dict[str, Any],
     baseline: list[dict[str, Any]],
     threshold_pct: float,
-    schedule_name: str,
 ) -> Comparison | None:
     """Compare one finished session with the baseline sessions before it; record the
     verdict in the session's status.baselineComparison."""
@@ -43,10 +42,12 @@ async def judge_session(
         reference += await asyncio.to_thread(_load_step_times, ctx, earlier)
     comparison = compare_step_times(current, reference, threshold_pct, baseline_medians(baseline))
     record = BaselineComparison(
-        session=f"{schedule_name}-baseline-of-{len(baseline)}",
+        session=_newest(baseline)["metadata"]["name"],
+        baseline_sessions=len(baseline),
         step_time_delta_pct=comparison.delta_pct,
         verdict=comparison.verdict,
         p_value=comparison.p_value,
+        reason=comparison.reason,
     )
     meta = session["metadata"]
     await ctx.kube.patch_session_status(
@@ -73,12 +74,31 @@ async def compare_with_baseline(
         prefix = uri.split("/", 3)[3]
         raw = await asyncio.to_thread(ctx.buckets.get_bytes, prefix + SessionArtifact.SUMMARY.value)
     if raw is None:
-        return BaselineComparison(session=ref, step_time_delta_pct=0.0, verdict="inconclusive")
+        # Nothing was measured, so no number is reported: only why.
+        return BaselineComparison(
+            session=ref,
+            baseline_sessions=1,
+            verdict="inconclusive",
+            reason=_missing_summary_reason(ref, other),
+        )
     baseline = step_times(JobSummary.model_validate_json(raw))
     result = compare_step_times(step_times(job), baseline, BASELINE_THRESHOLD_PCT)
     return BaselineComparison(
         session=ref,
+        baseline_sessions=1,
         step_time_delta_pct=result.delta_pct,
         verdict=result.verdict,
         p_value=result.p_value,
+        reason=result.reason,
     )
+
+
+def _newest(sessions: list[dict[str, Any]]) -> dict[str, Any]:
+    return max(sessions, key=lambda s: s["metadata"].get("creationTimestamp") or "")
+
+
+def _missing_summary_reason(ref: str, other: dict[str, Any] | None) -> str:
+    if other is None:
+        return f"baseline session {ref!r} does not exist in this namespace"
+    phase = (other.get("status") or {}).get("phase") or "Pending"
+    return f"baseline session {ref!r} has no stored summary (phase {phase})"

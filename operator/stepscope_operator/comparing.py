@@ -26,10 +26,11 @@ MIN_SAMPLES = 3
 
 
 class Comparison(BaseModel):
-    delta_pct: float
+    delta_pct: float | None  # None when a side had no step times at all
     p_value: float | None
     verdict: str  # regression | improvement | unchanged | inconclusive
     noise_band_pct: float
+    reason: str | None = None  # why inconclusive
 
 
 def step_times(job: JobSummary) -> list[float]:
@@ -86,11 +87,18 @@ def compare_step_times(
 ) -> Comparison:
     band = noise_band_pct(list(baseline_medians))
     if len(current) < MIN_SAMPLES or len(baseline) < MIN_SAMPLES:
-        delta = 0.0
+        delta = None
         if current and baseline:
-            delta = (statistics.median(current) / statistics.median(baseline) - 1) * 100
+            delta = round((statistics.median(current) / statistics.median(baseline) - 1) * 100, 2)
         return Comparison(
-            delta_pct=round(delta, 2), p_value=None, verdict="inconclusive", noise_band_pct=band
+            delta_pct=delta,
+            p_value=None,
+            verdict="inconclusive",
+            noise_band_pct=band,
+            reason=(
+                f"{len(current)} step times in this session and {len(baseline)} in the "
+                f"baseline; the test needs at least {MIN_SAMPLES} on each side"
+            ),
         )
     delta = (statistics.median(current) / statistics.median(baseline) - 1) * 100
     slower = mann_whitney_greater(current, baseline)

@@ -381,20 +381,33 @@ class Summary(ApiModel):
         return self
 
 
+COMPARISON_REASON_MAX_LENGTH = 256
+
+
 class BaselineComparison(ApiModel):
     """This session against spec.baseline.sessionRef (or a schedule's rolling baseline)."""
 
     session: BoundedText(POD_NAME_MAX_LENGTH) = Field(
-        description="Observed state. The baseline session."
+        description="Observed state. The baseline session (the newest one, for a rolling baseline)."
     )
-    step_time_delta_pct: float = Field(
-        description="Observed state. Median step time change, percent; positive is slower."
+    baseline_sessions: int | None = Field(
+        None, ge=1, description="Observed state. How many sessions the baseline pooled."
+    )
+    step_time_delta_pct: float | None = Field(
+        None,
+        description=(
+            "Observed state. Median step time change, percent; positive is slower. "
+            "Absent when nothing was measured."
+        ),
     )
     verdict: Verdict = Field(
         description="Observed state. regression, improvement, unchanged or inconclusive."
     )
     p_value: float | None = Field(
         None, ge=0, le=1, description="Observed state. p-value of the step-time test."
+    )
+    reason: BoundedText(COMPARISON_REASON_MAX_LENGTH) | None = Field(
+        None, description="Observed state. Why the verdict is inconclusive."
     )
 
 

@@ -3,6 +3,8 @@ import random
 import pytest
 from stepscope_operator.comparing import compare_step_times, mann_whitney_greater, noise_band_pct
 
+from stepscope.api.session_status import BaselineComparison
+
 
 def test_mann_whitney_matches_the_textbook_normal_approximation():
     # U = 9, mean 4.5, variance 5.25, continuity-corrected z = 1.746 -> p = 0.0404
@@ -45,6 +47,17 @@ def test_change_inside_the_noise_band_is_unchanged():
 def test_too_few_samples_is_inconclusive():
     result = compare_step_times([150, 160], [100, 101, 99], 5)
     assert result.verdict == "inconclusive" and result.p_value is None and result.delta_pct > 40
+    assert result.reason.startswith("2 step times in this session and 3 in the baseline")
+
+
+def test_an_empty_side_reports_no_change_at_all():
+    # Nothing measured on one side: the delta is absent, not a "no change" 0.0.
+    result = compare_step_times([150, 160, 170], [], 5)
+    assert result.verdict == "inconclusive" and result.delta_pct is None
+    record = BaselineComparison(
+        session="nightly-1", verdict=result.verdict, reason=result.reason
+    ).to_wire()
+    assert "stepTimeDeltaPct" not in record and "0 in the baseline" in record["reason"]
 
 
 def test_noise_band():
