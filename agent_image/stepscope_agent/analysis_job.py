@@ -68,7 +68,8 @@ def build_artifacts(plan: AnalysisPlan, job: JobSummary, workdir: Path) -> Analy
     """Write and upload the report and (when a rank trace is stored) the merged trace."""
     result = AnalysisResult()
     report = workdir / "report.html"
-    report.write_text(render_report(job), encoding="utf-8")
+    merged = {trace.rank: trace.reasons for trace in plan.traces}
+    report.write_text(render_report(job, merged, plan.selection), encoding="utf-8")
     upload_file(report, plan.report)
     result.report_written = True
     if plan.merged_trace is None:

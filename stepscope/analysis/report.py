@@ -1,16 +1,27 @@
 """Render a job summary as one self-contained HTML page.
 
 Everything is inline (CSS and SVG, no scripts, no fonts or CDNs) so the page
-opens from S3, an email attachment or an air-gapped cluster alike.
+opens from S3, an email attachment or an air-gapped cluster alike. The page is a list
+of sections (`SECTIONS`), each a function of one `ReportContext`; a small job keeps a
+bar, a line and a table row per rank, and past `SMALL_JOB_RANKS` ranks the rank x step
+heatmaps and the distributions across ranks carry the picture while only the named ranks
+keep rows of their own, so the page stays bounded whatever the rank count.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from html import escape
 
 from stepscope.analysis.job_model import Finding, JobSummary
-from stepscope.analysis.report_plots import CATEGORY_LABELS, breakdown_per_rank, step_times
-from stepscope.analysis.summary_model import Breakdown
+from stepscope.analysis.report_context import ReportContext
+from stepscope.analysis.report_distributions import distributions
+from stepscope.analysis.report_heatmaps import binning_note, heatmap
+from stepscope.analysis.report_plots import breakdown_per_rank, step_times
+from stepscope.analysis.report_rank_detail import rank_detail
+
+Values = Mapping[int, Mapping[int, float]]
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 980px; color: #222; }
@@ -24,6 +35,9 @@ th:first-child, td:first-child { text-align: left; }
 .badge { font-size: 0.75rem; text-transform: uppercase; font-weight: 600; margin-right: 0.5rem; }
 .muted { color: #666; font-size: 0.85rem; }
 .facts td { text-align: left; }
+svg.plot { max-width: 100%; height: auto; display: block; margin: 0.5rem 0; }
+tr.named td { background: #fff6e0; }
+h3 { font-size: 1rem; margin-top: 1.2rem; }
 """
 
 
@@ -76,42 +90,91 @@ def _finding(finding: Finding) -> str:
     )
 
 
-def _rank_table(job: JobSummary) -> str:
-    arrivals = {a.rank: a for a in job.arrivals}
-    offsets = job.offsets_us
-    header = (
-        "<tr><th>rank</th><th>step ms</th>"
-        + "".join(f"<th>{escape(label)} %</th>" for label in CATEGORY_LABELS.values())
-        + "<th>overlapped comm %</th><th>arrival lag ms</th><th>z</th><th>offset us</th></tr>"
-    )
-    rows = []
-    for rank, breakdown in sorted(job.rank_breakdowns.items()):
-        arrival = arrivals.get(rank)
-        cells = [f"{rank}", f"{breakdown.total_ms:.2f}"]
-        cells += [f"{breakdown.percent(category):.1f}" for category in Breakdown.CATEGORIES]
-        cells.append(f"{breakdown.percent('comm_overlapped_ms'):.1f}")
-        cells += (
-            [f"{arrival.median_lag_ms:.2f}", f"{arrival.robust_z:.1f}"] if arrival else ["", ""]
+def _findings(context: ReportContext) -> str:
+    found = "".join(_finding(f) for f in context.job.findings)
+    return found or "<p>No findings: nothing stands out.</p>"
+
+
+def _heatmap_section(what: str, unit: str, values_of: Callable[[ReportContext], Values]):
+    def render(context: ReportContext) -> str | None:
+        values = values_of(context)
+        if len(context.job.ranks) < 2 or not any(values.values()):
+            return None
+        return (
+            f'<p class="muted">{escape(binning_note(context))} Outlined rows are the ranks the '
+            "verdict names; hover a row for its numbers.</p>" + heatmap(context, values, what, unit)
         )
-        cells.append(f"{offsets.get(rank, 0.0):.1f}")
-        rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
-    return f"<table>{header}{''.join(rows)}</table>"
+
+    return render
 
 
-def render_report(job: JobSummary) -> str:
-    """The whole report page as an HTML string."""
-    findings = (
-        "".join(_finding(f) for f in job.findings) or "<p>No findings: nothing stands out.</p>"
-    )
-    notes = "".join(f"<li>{escape(note)}</li>" for note in job.notes)
+def _small_job_only(render: Callable[[JobSummary], str]):
+    """Per-rank bars and lines read up to SMALL_JOB_RANKS; past that the distributions
+    and heatmaps replace them."""
+
+    def section(context: ReportContext) -> str | None:
+        return render(context.job) if context.small else None
+
+    return section
+
+
+def _notes(context: ReportContext) -> str | None:
+    notes = context.job.notes
+    return "<ul>" + "".join(f"<li>{escape(n)}</li>" for n in notes) + "</ul>" if notes else None
+
+
+@dataclass(frozen=True)
+class Section:
+    """One titled part of the report; `render` returns None to leave the section out."""
+
+    id: str
+    title: str
+    render: Callable[[ReportContext], str | None]
+
+
+SECTIONS: list[Section] = [
+    Section("findings", "Findings", _findings),
+    Section(
+        "step-time-heatmap",
+        "Step time, rank x step",
+        _heatmap_section("step time", "ms", lambda c: c.step_ms),
+    ),
+    Section(
+        "lag-heatmap",
+        "Arrival lag at collectives, rank x step",
+        _heatmap_section("arrival lag", "ms", lambda c: c.lag_ms),
+    ),
+    Section("distributions", "Distributions across ranks", distributions),
+    Section("breakdown", "Where the step goes, per rank", _small_job_only(breakdown_per_rank)),
+    Section("step-times", "Step time per rank", _small_job_only(step_times)),
+    Section("ranks", "Ranks", rank_detail),
+    Section("notes", "Notes", _notes),
+]
+"""The report's sections in page order; a new figure is one more entry here."""
+
+
+def render_report(
+    job: JobSummary,
+    merged: Mapping[int, Sequence[str]] | None = None,
+    merged_selection: str = "",
+) -> str:
+    """The whole report page as an HTML string.
+
+    `merged` maps the ranks whose full traces are in the merged trace to why they were
+    chosen, and `merged_selection` is the selection's one-line description; the analysis
+    Job knows both from its plan."""
+    context = ReportContext(job, merged=merged, merged_selection=merged_selection)
+    body = []
+    for section in SECTIONS:
+        html = section.render(context)
+        if html is not None:
+            body.append(
+                f'<section id="{section.id}"><h2>{escape(section.title)}</h2>{html}</section>'
+            )
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>stepscope report: {job.world_size} ranks</title><style>{STYLE}</style></head>"
         f"<body><h1>stepscope report: {job.world_size} rank(s)</h1>{_facts(job)}"
-        f"<h2>Findings</h2>{findings}"
-        f"<h2>Where the step goes, per rank</h2>{breakdown_per_rank(job)}"
-        f"<h2>Step time per rank</h2>{step_times(job)}"
-        f"<h2>Ranks</h2>{_rank_table(job)}"
-        + (f"<h2>Notes</h2><ul>{notes}</ul>" if notes else "")
+        + "".join(body)
         + "</body></html>\n"
     )

@@ -33,7 +33,7 @@ LEGEND_MAX_RANKS = 16
 FONT = 'font-family="system-ui, sans-serif" font-size="12"'
 
 
-def _nice_max(value: float) -> float:
+def nice_max(value: float) -> float:
     """A round axis maximum at or above `value` whose fifths are round too."""
     if value <= 0:
         return 1.0
@@ -59,7 +59,7 @@ def breakdown_per_rank(job: JobSummary) -> str:
     """Stacked horizontal bars: each rank's average step split into the five categories."""
     rows: list[tuple[int, Breakdown]] = sorted(job.rank_breakdowns.items())
     bar, gap, left, width = 18, 6, 70, 640
-    scale_max = _nice_max(max((b.total_ms for _, b in rows), default=1.0))
+    scale_max = nice_max(max((b.total_ms for _, b in rows), default=1.0))
     height = 40 + len(rows) * (bar + gap) + 40
     parts = [
         (
@@ -124,7 +124,7 @@ def step_times(job: JobSummary) -> str:
     if not steps:
         parts.append(f'<text x="{left}" y="{top + 20}" {FONT}>No ProfilerStep annotations.</text>')
         return "".join(parts) + "</svg>"
-    y_max = _nice_max(max(ms for points in series.values() for _, ms in points))
+    y_max = nice_max(max(ms for points in series.values() for _, ms in points))
     position = {step: i for i, step in enumerate(steps)}
 
     def x_of(step: int) -> float:

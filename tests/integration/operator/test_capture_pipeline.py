@@ -205,7 +205,10 @@ def test_capture_pipeline_from_probe_to_published_artifacts(local_cluster, pod, 
     keys = dict(buckets.list_keys(prefix))
     for rank in (0, 1):
         assert keys[f"{prefix}rank-{rank}/trace.json.gz"] > 0
-    assert b"stepscope report: 2 rank(s)" in buckets.get_bytes(f"{prefix}report.html")
+    report = buckets.get_bytes(f"{prefix}report.html").decode()
+    assert "stepscope report: 2 rank(s)" in report
+    # The Job hands its plan's selection to the report: which ranks are in the merged trace.
+    assert "Merged trace: full traces of ranks" in report and 'id="lag-heatmap"' in report
     merged = json.loads(gzip.decompress(buckets.get_bytes(f"{prefix}merged.trace.json.gz")))
     assert {event["pid"] for event in merged["traceEvents"]} == {0, 1, STEPS_PID, LAG_PID}
     # Both ranks explain the verdict: rank 0, and rank 1 the straggler.
