@@ -32,8 +32,8 @@ def _facts(job: JobSummary) -> str:
     if job.straggler:
         lag = job.straggler
         straggler = (
-            f"rank {lag.rank} (+{lag.excess_ms:.1f} ms per collective, z {lag.robust_z:.1f}, "
-            f"clearly last in {lag.last_arrival_fraction:.0%} of steps)"
+            f"rank {lag.rank} (+{lag.excess_ms:.1f} ms per step, p {lag.p_value:.2g}, "
+            f"last in {lag.last_arrival_fraction:.0%} of {lag.steps} steps)"
         )
     if job.slow_node:
         straggler += f"; slow node {job.slow_node.node} (ranks {job.slow_node.ranks})"
@@ -51,6 +51,7 @@ def _facts(job: JobSummary) -> str:
         ("Median step time", f"{job.median_step_ms:.2f} ms"),
         ("Bottleneck", _bottleneck_text(job)),
         ("Straggler", straggler),
+        ("Lateness at collectives", job.lateness_pattern.value.replace("_", " ")),
         ("Load imbalance (median over steps)", imbalance),
         ("Alignment", alignment),
     ]
@@ -82,7 +83,8 @@ def _rank_table(job: JobSummary) -> str:
     header = (
         "<tr><th>rank</th><th>step ms</th>"
         + "".join(f"<th>{escape(label)} %</th>" for label in CATEGORY_LABELS.values())
-        + "<th>overlapped comm %</th><th>arrival lag ms</th><th>z</th><th>offset us</th></tr>"
+        + "<th>overlapped comm %</th><th>arrival lag ms</th><th>lateness p</th>"
+        + "<th>offset us</th></tr>"
     )
     rows = []
     for rank, breakdown in sorted(job.rank_breakdowns.items()):
@@ -90,9 +92,7 @@ def _rank_table(job: JobSummary) -> str:
         cells = [f"{rank}", f"{breakdown.total_ms:.2f}"]
         cells += [f"{breakdown.percent(category):.1f}" for category in Breakdown.CATEGORIES]
         cells.append(f"{breakdown.percent('comm_overlapped_ms'):.1f}")
-        cells += (
-            [f"{arrival.median_lag_ms:.2f}", f"{arrival.robust_z:.1f}"] if arrival else ["", ""]
-        )
+        cells += [f"{arrival.median_lag_ms:.2f}", f"{arrival.p_value:.2g}"] if arrival else ["", ""]
         cells.append(f"{offsets.get(rank, 0.0):.1f}")
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     return f"<table>{header}{''.join(rows)}</table>"
