@@ -24,7 +24,9 @@ Who keeps the others waiting, and why:
 
 The bottleneck reads the same split: exposed communication is waiting for the
 last rank (named by the pattern above: straggler, slow node or jitter) plus
-transfer once everyone arrived (communication proper).
+transfer once everyone arrived (communication proper). Persistently late ranks
+bind the step when the mean rank waits a fifth of it for them; jitter only
+when waiting is the largest stall and outweighs transfer.
 """
 
 from __future__ import annotations
@@ -219,6 +221,15 @@ def _bottleneck(
     fewer bytes would not shorten it."""
     if breakdown.total_ms <= 0:
         return "unknown", "no step time was attributed to any category"
+    persistent = pattern in (
+        LatenessPattern.straggler,
+        LatenessPattern.slow_node,
+        LatenessPattern.late_ranks,
+    )
+    if persistent and wait_ms >= 0.2 * breakdown.total_ms:
+        # The late ranks' own extra time (the cause) and the others' wait (its effect)
+        # are the same wall time; whichever is larger on the mean, the step is theirs.
+        return WAIT_BOTTLENECK[pattern], None
     stalls = {name: getattr(breakdown, name) for name in Breakdown.CATEGORIES[1:]}
     worst = max(stalls, key=stalls.get)
     if stalls[worst] < 0.2 * breakdown.total_ms:

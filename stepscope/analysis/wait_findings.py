@@ -151,7 +151,8 @@ def _straggler_rank(job: JobSummary, lagging: Straggler) -> Finding:
     )
     others_word = "the other rank" if job.world_size == 2 else "the others"
     others = [rank for rank in job.late_ranks if rank != lagging.rank]
-    also = f" {listed(others).capitalize()} also arrive late, by less." if others else ""
+    verb = "arrives" if len(others) == 1 else "arrive"
+    also = f" {listed(others).capitalize()} also {verb} late, by less." if others else ""
     return Finding(
         id="straggler-rank",
         severity=severity_for(lagging.excess_pct_of_step),
@@ -202,7 +203,7 @@ def late_ranks(job: JobSummary) -> Finding | None:
         if group is not None
         else "each reach collectives late in most steps"
     )
-    names = listed(job.late_ranks)
+    names = listed(sorted(job.late_ranks))
     return Finding(
         id="late-ranks",
         severity=severity_for(impact),
