@@ -110,7 +110,7 @@ def extra_time(job: JobSummary, rank: int) -> tuple[str, dict[str, float]]:
     return (cause if extra[cause] > 0 else "none"), extra
 
 
-def test_confidence(p_value: float) -> float:
+def confidence_from_p(p_value: float) -> float:
     return round(min(MAX_TEST_CONFIDENCE, 1.0 - p_value), 2)
 
 
@@ -169,7 +169,7 @@ def _straggler_rank(job: JobSummary, lagging: Straggler) -> Finding:
             ),
             numbers=numbers,
         ),
-        confidence=test_confidence(lagging.p_value),
+        confidence=confidence_from_p(lagging.p_value),
         recommendation=f"Rank {lagging.rank}: {_STRAGGLER_ADVICE[cause]}.",
         impact_pct=lagging.excess_pct_of_step,
         ranks=[lagging.rank],
@@ -221,7 +221,7 @@ def late_ranks(job: JobSummary) -> Finding | None:
                 "p_value": p_value,
             },
         ),
-        confidence=test_confidence(p_value),
+        confidence=confidence_from_p(p_value),
         recommendation=(
             f"Find what {names} share: the same host, CPU cores, NUMA node or switch (pass "
             "rank placement to test for a slow node), a larger share of the data, or "
@@ -230,6 +230,25 @@ def late_ranks(job: JobSummary) -> Finding | None:
         impact_pct=impact,
         ranks=job.late_ranks,
     )
+
+
+def _bytes_per_step(job: JobSummary) -> float | None:
+    """The median rank's collective message bytes per common step, from the records the
+    ranks were aligned on (one record kind, so no collective counts twice)."""
+    if job.alignment is None:
+        return None
+    source = job.alignment.match_key.rsplit(" on ", 1)[-1]
+    steps = set(job.common_steps)
+    per_rank = []
+    for summary in job.ranks:
+        sizes = [
+            r.size_bytes
+            for r in summary.collectives
+            if r.source == source and r.size_bytes and (not steps or r.step in steps)
+        ]
+        if sizes:
+            per_rank.append(sum(sizes) / max(len(steps), 1))
+    return median(per_rank) if per_rank else None
 
 
 def communication(job: JobSummary) -> Finding | None:
@@ -267,6 +286,15 @@ def communication(job: JobSummary) -> Finding | None:
         "overlap_ratio": round(overlap, 3),
     }
     share = pct_of_step(exposed, job)
+    moved = _bytes_per_step(job)
+    rate = ""
+    if moved and transfer > 0:
+        numbers["bytes_per_step"] = round(moved, 1)
+        numbers["transfer_mb_per_s"] = round(moved / 1e6 / (transfer / 1e3), 3)
+        rate = (
+            f" They move about {moved / 1e6:.1f} MB per step, "
+            f"{numbers['transfer_mb_per_s']:.0f} MB/s over that time."
+        )
     if transfer >= compute and share >= 15.0:
         return Finding(
             id="communication-bound",
@@ -276,7 +304,7 @@ def communication(job: JobSummary) -> Finding | None:
                 text=(
                     f"Collectives take {transfer:.1f} ms per step{after}, "
                     f"longer than the {compute:.1f} ms of compute that could hide them; "
-                    f"{exposed:.1f} ms ({share:.0f}% of the step) is exposed.{caveat}"
+                    f"{exposed:.1f} ms ({share:.0f}% of the step) is exposed.{rate}{caveat}"
                 ),
                 numbers=numbers,
             ),
@@ -284,7 +312,10 @@ def communication(job: JobSummary) -> Finding | None:
             recommendation=(
                 "Send fewer bytes per unit of compute: a larger per-rank batch or gradient "
                 "accumulation under DDP no_sync(), a compression comm hook (bf16/fp16), or "
-                "sharding (FSDP/ZeRO) with a faster interconnect; check the NCCL/gloo transport."
+                "sharding (FSDP/ZeRO) with a faster interconnect. Measure what the links carry "
+                "(nccl-tests, or a plain all_reduce loop): if the collectives run far below it, "
+                "the transport is at fault, not the bytes; check the interface and transport "
+                "NCCL/gloo picked on every node (NCCL_DEBUG=INFO) and look for one slow NIC."
             ),
             impact_pct=share,
         )

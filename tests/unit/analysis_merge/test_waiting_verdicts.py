@@ -107,3 +107,18 @@ def test_exposed_transfer_with_everyone_on_time_is_communication():
     assert job.lateness_pattern is LatenessPattern.none
     assert job.bottleneck == "comm_exposed"
     assert summary_from_job(job).bottleneck == "communication"
+
+
+def test_communication_bound_evidence_gives_the_bytes_and_the_rate_they_moved_at():
+    ranks = [
+        rank_summary(r, compute_ms=10, comm_exposed_ms=60, comm_overlapped_ms=0, steps=STEPS)
+        for r in range(4)
+    ]
+    job = merge_ranks(ranks)
+    finding = next(f for f in job.findings if f.id == "communication-bound")
+    # Two 1 MiB all-reduces per step, aligned on their kernels.
+    assert finding.evidence.numbers["bytes_per_step"] == 2 * (1 << 20)
+    transfer_s = job.alignment.transfer_ms_per_step / 1e3
+    rate = finding.evidence.numbers["transfer_mb_per_s"]
+    assert abs(rate - 2 * (1 << 20) / 1e6 / transfer_s) < 1e-2
+    assert "MB per step" in finding.evidence.text
