@@ -55,11 +55,11 @@ def format_table(job: JobSummary) -> str:
     arrivals = {a.rank: a for a in job.arrivals}
     labels = [c.removesuffix("_ms").replace("comm_exposed", "comm") for c in Breakdown.CATEGORIES]
     header = f"{'rank':>5} {'step ms':>9} " + " ".join(f"{x[:9] + '%':>10}" for x in labels)
-    lines = [header + f" {'overlap%':>9} {'lag ms':>8} {'z':>6}"]
+    lines = [header + f" {'overlap%':>9} {'lag ms':>8} {'p':>7}"]
     for rank, breakdown in sorted(job.rank_breakdowns.items()):
         cells = " ".join(f"{breakdown.percent(c):>10.1f}" for c in Breakdown.CATEGORIES)
         arrival = arrivals.get(rank)
-        lag = f"{arrival.median_lag_ms:>8.2f} {arrival.robust_z:>6.1f}" if arrival else ""
+        lag = f"{arrival.median_lag_ms:>8.2f} {arrival.p_value:>7.2g}" if arrival else ""
         overlap = breakdown.percent("comm_overlapped_ms")
         lines.append(f"{rank:>5} {breakdown.total_ms:>9.2f} {cells} {overlap:>9.1f} {lag}")
     lines.append("")
@@ -67,13 +67,14 @@ def format_table(job: JobSummary) -> str:
     if job.straggler:
         straggler = (
             f"rank {job.straggler.rank} (+{job.straggler.excess_ms:.1f} ms, "
-            f"z {job.straggler.robust_z:.1f})"
+            f"p {job.straggler.p_value:.2g})"
         )
     bottleneck = job.bottleneck
     if job.bottleneck_reason:
         bottleneck += f" ({job.bottleneck_reason})"
     lines.append(
         f"median step {job.median_step_ms:.2f} ms; bottleneck: {bottleneck}; straggler: {straggler}"
+        f"; lateness: {job.lateness_pattern.value}"
     )
     if job.alignment:
         lines.append(

@@ -60,6 +60,9 @@ _BOTTLENECKS = {
     "data_loading": "data-loading",
     "host_overhead": "host-overhead",
     "idle": "idle",
+    "straggler": "straggler",
+    "slow_node": "slow-node",
+    "jitter": "jitter",
 }
 
 
@@ -250,6 +253,11 @@ def _breakdown(job: JobSummary, timings_only: bool) -> Breakdown | None:
         data_loading=_pct(mean.percent("data_loading_ms")),
         host_overhead=_pct(mean.percent("host_overhead_ms")),
         idle=_pct(mean.percent("idle_ms")),
+        waiting_for_peers=(
+            _pct(100.0 * min(job.wait_ms, mean.comm_exposed_ms) / mean.total_ms)
+            if job.alignment is not None
+            else None
+        ),
     )
 
 
@@ -262,6 +270,7 @@ def _straggler(job: JobSummary) -> Straggler | None:
         pod=placed.pod if placed else None,
         node=job.straggler.node or (placed.node if placed else None),
         excess_ms=max(0.0, round(job.straggler.excess_ms, 3)),
+        confidence=round(min(1.0, max(0.0, 1.0 - job.straggler.p_value)), 3),
     )
 
 

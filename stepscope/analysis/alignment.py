@@ -14,7 +14,14 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass
 
-from stepscope.analysis.job_model import Alignment, RankAlignment, RankArrival
+from stepscope.analysis.job_model import Alignment, RankAlignment, RankArrival, StepLateness
+from stepscope.analysis.lateness import (
+    GroupTest,
+    behind_share,
+    judge_late_group,
+    judge_lateness,
+    median_without,
+)
 from stepscope.analysis.summary_model import CollectiveRecord, RankSummary
 
 # Which record times a collective best, most direct first: a GPU kernel starts
@@ -25,6 +32,17 @@ TIMING_SOURCES = ("nccl_kernel", "gloo", "record_param_comms", "c10d", "nccl_ann
 MAD_TO_SIGMA = 1.4826
 
 CollectiveKey = tuple
+
+
+@dataclass(frozen=True)
+class ArrivalStats:
+    """What arrival times say across ranks: each rank's lateness and wait, the job's
+    transfer time per step, who was last in each step, and a group late together."""
+
+    arrivals: list[RankArrival]
+    transfer_ms_per_step: float
+    step_lateness: list[StepLateness]
+    late_group: GroupTest | None
 
 
 @dataclass(frozen=True)
@@ -170,33 +188,33 @@ def arrival_lags(
     noise_floor_ms: float,
     late_floor_ms: float,
     steps: int,
-) -> tuple[list[RankArrival], float]:
-    """Each rank's lateness, robust z-score and wait for peers, plus the job's
-    transfer time per step.
+) -> ArrivalStats:
+    """Each rank's lateness, its test against chance and its wait for peers; the job's
+    transfer time per step; per step, the last rank and how late it was; and the most
+    significant group of ranks late together.
 
     Lateness is measured per step, as the rank's largest arrival lag in it:
     collectives queue behind each other (one NCCL stream, a few gloo worker
     threads), so after the first collective of a backward pass the ranks run
     in lock-step and only that first "gate" shows who was late. A median over
-    all collectives would drown it; the median over steps of each step's
-    largest lag keeps it, and is robust to one bad step. Without step numbers
-    every collective counts as its own step.
+    all collectives would drown it; the per-step largest lag keeps it, and the
+    test in `lateness` compares ranks step by step. Without step numbers every
+    collective counts as its own step.
 
     Once the last rank has arrived, a collective only moves data; before that,
     the ranks already inside it only wait. So a rank's exposed communication
     splits into *waiting* (its arrival to the last arrival: skew, which the
-    straggler and imbalance findings explain) and *transfer* (last arrival to
+    straggler and jitter findings explain) and *transfer* (last arrival to
     completion: what the collective itself costs). Both are unions of
     intervals, so concurrent collectives are not counted twice, divided by
-    `steps`. The MAD is floored at `noise_floor_ms` so that ranks arriving
-    together to the microsecond do not turn a tiny lag into a huge z-score. A
-    rank is *late* in a step when its lateness beats the median of the other
-    ranks' by at least `late_floor_ms`, and *clearly last* when it beats every
-    other rank's by that much.
+    `steps`. Arrivals closer than `noise_floor_ms` count as a tie. A rank is
+    *late* in a step when its lateness beats the median of the other ranks' by
+    at least `late_floor_ms`.
     """
     ranks = sorted(timings)
     shared = set.intersection(*(set(timings[rank]) for rank in ranks)) if ranks else set()
     lateness: dict[object, dict[int, float]] = defaultdict(lambda: dict.fromkeys(ranks, 0.0))
+    step_of: dict[object, int | None] = {}
     waits: dict[int, list[tuple[float, float]]] = defaultdict(list)
     transfers: list[tuple[float, float]] = []
     for key in shared:
@@ -205,32 +223,53 @@ def arrival_lags(
         completion = _median([timings[r][key].completion_us + offsets_us[r] for r in ranks])
         transfers.append((last, max(last, completion)))
         step = timings[ranks[0]][key].step
-        group = lateness[key if step is None else step]
+        group_key = key if step is None else step
+        step_of[group_key] = step
+        group = lateness[group_key]
         for rank in ranks:
             group[rank] = max(group[rank], (arrivals[rank] - first) / 1000.0)
             waits[rank].append((arrivals[rank], last))
-    last_counts: dict[int, int] = defaultdict(int)
     late_counts: dict[int, int] = defaultdict(int)
-    for group in lateness.values():
+    per_step: list[StepLateness] = []
+    for group_key, group in lateness.items():
+        ordered = sorted(group.values())
         for rank in ranks:
-            others = [group[other] for other in ranks if other != rank]
-            if others and group[rank] - max(others) >= late_floor_ms:
-                last_counts[rank] += 1
-            if others and group[rank] - _median(others) >= late_floor_ms:
+            if group[rank] - median_without(ordered, group[rank]) >= late_floor_ms:
                 late_counts[rank] += 1
+        slowest = max(group, key=group.get)
+        typical = median_without(ordered, group[slowest])
+        per_step.append(
+            StepLateness(
+                step=step_of[group_key],
+                last_rank=slowest,
+                excess_ms=round(group[slowest] - typical, 3),
+            )
+        )
+    steps_compared = list(lateness.values())
+    tests = judge_lateness(steps_compared, noise_floor_ms)
     medians = {rank: _median([group[rank] for group in lateness.values()]) for rank in ranks}
-    per_step = 1.0 / max(steps, 1)
+    share = 1.0 / max(steps, 1)
+    samples = len(lateness)
     arrivals = [
         RankArrival(
             rank=rank,
             median_lag_ms=round(medians[rank], 3),
             robust_z=_leave_one_out_z(rank, medians, noise_floor_ms),
-            last_arrival_fraction=round(last_counts[rank] / len(lateness), 3) if lateness else 0.0,
+            last_arrival_fraction=round(tests[rank].last_steps / samples, 3) if samples else 0.0,
             collectives=len(shared),
-            samples=len(lateness),
-            late_step_fraction=round(late_counts[rank] / len(lateness), 3) if lateness else 0.0,
-            wait_ms_per_step=round(_union_ms(waits[rank]) * per_step, 3),
+            samples=samples,
+            late_step_fraction=round(late_counts[rank] / samples, 3) if samples else 0.0,
+            wait_ms_per_step=round(_union_ms(waits[rank]) * share, 3),
+            excess_ms=tests[rank].excess_ms if samples else 0.0,
+            behind_share=behind_share(tests[rank], len(ranks)) if samples else 0.0,
+            p_value=tests[rank].p_value if samples else 1.0,
         )
         for rank in ranks
     ]
-    return arrivals, round(_union_ms(transfers) * per_step, 3)
+    per_step.sort(key=lambda entry: (entry.step is None, entry.step or 0))
+    return ArrivalStats(
+        arrivals=arrivals,
+        transfer_ms_per_step=round(_union_ms(transfers) * share, 3),
+        step_lateness=per_step,
+        late_group=judge_late_group(steps_compared, tests, noise_floor_ms),
+    )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from stepscope.analysis.jitter_findings import rotating_lateness
 from stepscope.analysis.job_model import Evidence, Finding, JobSummary, Severity
 from stepscope.analysis.resource_findings import (
     data_loading,
@@ -17,7 +18,7 @@ from stepscope.analysis.resource_findings import (
     memory_pressure,
     no_tensor_cores,
 )
-from stepscope.analysis.wait_findings import communication, load_imbalance, straggler_or_slow_node
+from stepscope.analysis.wait_findings import communication, late_ranks, straggler_or_slow_node
 
 
 def misaligned_steps(job: JobSummary) -> Finding | None:
@@ -47,7 +48,8 @@ def misaligned_steps(job: JobSummary) -> Finding | None:
 
 DETECTORS: tuple[Callable[[JobSummary], Finding | None], ...] = (
     straggler_or_slow_node,
-    load_imbalance,
+    late_ranks,
+    rotating_lateness,
     communication,
     data_loading,
     host_overhead,

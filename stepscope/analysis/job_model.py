@@ -113,6 +113,48 @@ class RankArrival(_Model):
     wait_ms_per_step: float = Field(
         0.0, description="Time per step inside collectives waiting for the last rank to arrive."
     )
+    excess_ms: float = Field(
+        0.0,
+        description="Median over steps of its lateness minus the median of the other ranks'.",
+    )
+    behind_share: float = Field(
+        0.0,
+        description="Share of the other ranks it arrived clearly after, averaged over steps.",
+    )
+    p_value: float = Field(
+        1.0,
+        description=(
+            "Chance, were the ranks exchangeable within each step, that any rank arrives "
+            "behind this many others (Šidák-adjusted over ranks; see lateness.py)."
+        ),
+    )
+
+
+class StepLateness(_Model):
+    """Who arrived last in one step, and by how much more than the typical rank."""
+
+    step: int | None = Field(description="Global step; None when collectives carry no step.")
+    last_rank: int
+    excess_ms: float = Field(description="Its lateness minus the other ranks' median.")
+
+
+class LateGroup(_Model):
+    """Ranks that trail every other rank together, step after step (lateness.py)."""
+
+    ranks: list[int]
+    separated_steps: int = Field(description="Steps in which all of them trailed the rest.")
+    steps: int
+    p_value: float = Field(description="Bonferroni-adjusted chance of this with no late ranks.")
+
+
+class LatenessPattern(StrEnum):
+    """Why ranks wait for each other at collectives, as the lateness test reads it."""
+
+    none = "none"  # nobody waits for long, or ranks were not aligned
+    straggler = "straggler"  # one rank is persistently late
+    slow_node = "slow_node"  # all ranks of one node are late
+    late_ranks = "late_ranks"  # several ranks, not one node, are persistently late
+    rotating = "rotating"  # lateness moves between ranks: jitter, no one rank to blame
 
 
 class Straggler(_Model):
@@ -126,6 +168,10 @@ class Straggler(_Model):
     robust_z: float
     last_arrival_fraction: float
     late_step_fraction: float
+    p_value: float = Field(
+        1.0, description="Its lateness test's p-value (RankArrival.p_value); 1 - p is shown."
+    )
+    steps: int = Field(0, description="Steps the test compared.")
 
 
 class SlowNode(_Model):
@@ -186,6 +232,26 @@ class JobSummary(_Model):
     arrivals: list[RankArrival] = Field(default_factory=list)
     straggler: Straggler | None = None
     slow_node: SlowNode | None = None
+    late_ranks: list[int] = Field(
+        default_factory=list,
+        description="Ranks persistently late by the lateness test, latest first.",
+    )
+    late_group: LateGroup | None = Field(
+        None, description="Ranks the set test found late together, when it found some."
+    )
+    lateness_pattern: LatenessPattern = Field(
+        LatenessPattern.none, description="Why ranks wait at collectives (see LatenessPattern)."
+    )
+    step_lateness: list[StepLateness] = Field(
+        default_factory=list, description="Per compared step, the last rank and its excess."
+    )
+    wait_ms: float = Field(
+        0.0,
+        description=(
+            "Mean over ranks of the exposed communication spent waiting for the last rank to "
+            "arrive, per step; the rest of exposed communication is transfer."
+        ),
+    )
     step_imbalance: list[StepImbalance] = Field(default_factory=list)
     load_imbalance: float | None = Field(
         None, description="Median over common steps of (max - mean) / mean compute time."

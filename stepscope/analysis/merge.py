@@ -3,27 +3,30 @@
 Everything here is pure: it takes already-parsed `RankSummary` objects (the
 sidecars make them where the traces were written) and returns a `JobSummary`.
 
-The straggler rule, and why:
+Who keeps the others waiting, and why:
 
 * A rank's *arrival lag* at a collective is its aligned start minus the
-  earliest rank's start. Per step we keep its largest lag (collectives queue
-  behind each other, so only the first of a burst shows who was late), and
-  its typical lateness is the median over steps, so one descheduled moment
-  does not make a straggler; at least 3 steps must be compared.
-* Against the other ranks, the robust z-score ``(lag - median) / (1.4826 *
-  MAD)`` says how far a rank sits outside them; we require ``z >= 3.5`` (the
-  usual cut for robust outliers). The median and MAD leave the rank itself
-  out, so with few ranks a real straggler does not widen its own yardstick;
-  the MAD is floored at 1% of the step time because ranks that agree to the
-  microsecond would otherwise make any lag "extreme".
-* A statistical outlier can still be too small to matter, so its excess lag
-  must also cost at least 5% of the median step time.
-* And it must be the last to arrive, by that same 5% of the step over every
-  other rank, in at least 3 of every 4 steps: a straggler keeps everyone
-  waiting step after step, whereas host noise delays a rank now and then, and
-  when two or more ranks are late together (a shared slow host) no single one
-  of them is "the" straggler; the slow-node and load-imbalance findings
-  report them instead.
+  earliest rank's start; per step we keep its largest lag (collectives queue
+  behind each other, so only the first of a burst shows who was late).
+* `lateness.judge_lateness` asks, step by step, how many ranks each rank
+  arrived clearly after, and how likely a score that high would be if the
+  ranks were exchangeable within a step (no rank slower than another). A rank
+  is *late* when that Šidák-adjusted p-value is at most 0.1 and its excess
+  (median over steps of its lag minus the other ranks' median) costs at least
+  5% of the median step: statistics to tell persistence from chance, a floor
+  to tell what matters from what does not.
+* One late rank is the straggler; so is the latest of several when its excess
+  is at least twice the next one's. Several comparable late ranks are a slow
+  node when they are exactly the ranks of one node (or when a node's ranks
+  all trail every rank elsewhere by the floor), else a group of late ranks.
+* When ranks wait for each other (the median wait costs 5% of the step) but
+  no rank is late, lateness rotates: host jitter, not any one rank's work.
+
+The bottleneck reads the same split: exposed communication is waiting for the
+last rank (named by the pattern above: straggler, slow node or jitter) plus
+transfer once everyone arrived (communication proper). Persistently late ranks
+bind the step when the mean rank waits a fifth of it for them; jitter only
+when waiting is the largest stall and outweighs transfer.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ from stepscope.analysis.alignment import align_ranks, arrival_lags, collective_t
 from stepscope.analysis.findings import diagnose
 from stepscope.analysis.job_model import (
     JobSummary,
+    LateGroup,
+    LatenessPattern,
     Placement,
     RankArrival,
     SlowNode,
@@ -42,6 +47,7 @@ from stepscope.analysis.job_model import (
     StepRange,
     Straggler,
 )
+from stepscope.analysis.lateness import LATE_MAX_P, GroupTest
 from stepscope.analysis.step_timings import (
     TIER_LIMIT_NOTE,
     is_step_timings,
@@ -49,11 +55,20 @@ from stepscope.analysis.step_timings import (
 )
 from stepscope.analysis.summary_model import Breakdown, RankSummary
 
-STRAGGLER_MIN_Z = 3.5
 STRAGGLER_MIN_EXCESS_OF_STEP = 0.05
-STRAGGLER_MIN_LAST_FRACTION = 0.75
 NOISE_FLOOR_OF_STEP = 0.01
-MIN_SAMPLES_FOR_STRAGGLER = 3
+# The latest of several late ranks is still the straggler when its excess is this many
+# times the next one's: the others are late too, but it is the one everybody waits for.
+DOMINANT_EXCESS_RATIO = 2.0
+# Ranks waiting this share of the step for each other is worth explaining.
+MIN_WAIT_OF_STEP = 0.05
+# What the bottleneck is called when waiting for the last rank dominates the step.
+WAIT_BOTTLENECK = {
+    LatenessPattern.straggler: "straggler",
+    LatenessPattern.late_ranks: "straggler",
+    LatenessPattern.slow_node: "slow_node",
+    LatenessPattern.rotating: "jitter",
+}
 
 
 class MergeError(ValueError):
@@ -118,39 +133,58 @@ def _step_imbalance(summaries: list[RankSummary], common: list[int]) -> list[Ste
     return imbalances
 
 
+def _late_ranks(
+    arrivals: list[RankArrival], group: GroupTest | None, median_step_ms: float
+) -> list[RankArrival]:
+    """Ranks the lateness tests call persistently late, latest first: alone (the per-rank
+    test, each by at least the floor) or as a group late together (the set test, the
+    group's median excess at least the floor; its members count together or not at all)."""
+    floor = STRAGGLER_MIN_EXCESS_OF_STEP * median_step_ms
+    late = {a.rank: a for a in arrivals if a.p_value <= LATE_MAX_P and a.excess_ms >= floor}
+    if group is not None and group.p_value <= LATE_MAX_P:
+        members = [a for a in arrivals if a.rank in set(group.ranks)]
+        if _median([a.excess_ms for a in members]) >= floor:
+            late.update((a.rank, a) for a in members)
+    return sorted(late.values(), key=lambda a: (-a.excess_ms, a.rank))
+
+
 def _straggler(
-    arrivals: list[RankArrival], median_step_ms: float, placement: dict[int, Placement]
+    late: list[RankArrival], median_step_ms: float, placement: dict[int, Placement]
 ) -> Straggler | None:
-    if not arrivals or arrivals[0].samples < MIN_SAMPLES_FOR_STRAGGLER:
+    if not late:
         return None
-    worst = max(arrivals, key=lambda a: a.median_lag_ms)
-    excess = worst.median_lag_ms - _median([a.median_lag_ms for a in arrivals if a is not worst])
-    if (
-        worst.robust_z < STRAGGLER_MIN_Z
-        or excess < STRAGGLER_MIN_EXCESS_OF_STEP * median_step_ms
-        or worst.last_arrival_fraction < STRAGGLER_MIN_LAST_FRACTION
-    ):
+    worst = late[0]
+    if len(late) > 1 and worst.excess_ms < DOMINANT_EXCESS_RATIO * late[1].excess_ms:
         return None
     return Straggler(
         rank=worst.rank,
         node=placement.get(worst.rank, Placement()).node,
         median_lag_ms=worst.median_lag_ms,
-        excess_ms=round(excess, 3),
-        excess_pct_of_step=round(100.0 * excess / median_step_ms, 2) if median_step_ms else 0.0,
+        excess_ms=round(worst.excess_ms, 3),
+        excess_pct_of_step=round(100.0 * worst.excess_ms / median_step_ms, 2)
+        if median_step_ms
+        else 0.0,
         robust_z=worst.robust_z,
         last_arrival_fraction=worst.last_arrival_fraction,
         late_step_fraction=worst.late_step_fraction,
+        p_value=worst.p_value,
+        steps=worst.samples,
     )
 
 
 def _slow_node(
-    arrivals: list[RankArrival], median_step_ms: float, placement: dict[int, Placement]
+    arrivals: list[RankArrival],
+    late: list[RankArrival],
+    median_step_ms: float,
+    placement: dict[int, Placement],
 ) -> SlowNode | None:
-    """A node with several ranks that all arrive later than every rank elsewhere.
+    """A node with several ranks that are all late, or that all arrive later than every
+    rank elsewhere.
 
-    Robust z-scores fail here (several late ranks inflate the MAD), so the rule
-    is separation: the node's earliest rank must trail the latest rank on any
-    other node by at least the straggler floor (5% of the step).
+    The first reading is the lateness test's: the late ranks are exactly one node's. The
+    second is separation, for nodes whose ranks are late together but tie among
+    themselves: the node's earliest rank must trail the latest rank on any other node by
+    at least the straggler floor (5% of the step).
     """
     lag = {a.rank: a.median_lag_ms for a in arrivals}
     nodes: dict[str, list[int]] = {}
@@ -159,30 +193,51 @@ def _slow_node(
             nodes.setdefault(where.node, []).append(rank)
     if len(nodes) < 2:
         return None
+    late_set = {a.rank for a in late}
     for node, ranks in sorted(nodes.items()):
         others = [lag[r] for r in lag if r not in ranks]
         gap = min(lag[r] for r in ranks) - max(others, default=0.0)
-        if len(ranks) >= 2 and others and gap >= STRAGGLER_MIN_EXCESS_OF_STEP * median_step_ms:
+        all_late = len(late_set) >= 2 and late_set == set(ranks)
+        separated = others and gap >= STRAGGLER_MIN_EXCESS_OF_STEP * median_step_ms
+        if len(ranks) >= 2 and (all_late or separated):
             return SlowNode(
                 node=node,
                 ranks=sorted(ranks),
                 median_lag_ms=round(_median([lag[r] for r in ranks]), 3),
-                gap_ms=round(gap, 3),
+                gap_ms=round(max(gap, 0.0), 3),
             )
     return None
 
 
-def _bottleneck(breakdown: Breakdown) -> tuple[str, str | None]:
+def _bottleneck(
+    breakdown: Breakdown, wait_ms: float, pattern: LatenessPattern
+) -> tuple[str, str | None]:
     """The dominant category, naming what stalls the step rather than compute
     whenever one non-compute category takes at least a fifth of the step; "unknown",
-    with the reason, when no step time was attributed to any category."""
+    with the reason, when no step time was attributed to any category.
+
+    Exposed communication that is mostly waiting for the last rank to arrive is named
+    by why ranks are late (straggler, slow_node, jitter), not communication: sending
+    fewer bytes would not shorten it."""
     if breakdown.total_ms <= 0:
         return "unknown", "no step time was attributed to any category"
+    persistent = pattern in (
+        LatenessPattern.straggler,
+        LatenessPattern.slow_node,
+        LatenessPattern.late_ranks,
+    )
+    if persistent and wait_ms >= 0.2 * breakdown.total_ms:
+        # The late ranks' own extra time (the cause) and the others' wait (its effect)
+        # are the same wall time; whichever is larger on the mean, the step is theirs.
+        return WAIT_BOTTLENECK[pattern], None
     stalls = {name: getattr(breakdown, name) for name in Breakdown.CATEGORIES[1:]}
     worst = max(stalls, key=stalls.get)
-    if stalls[worst] >= 0.2 * breakdown.total_ms:
-        return worst.removesuffix("_ms"), None
-    return "compute", None
+    if stalls[worst] < 0.2 * breakdown.total_ms:
+        return "compute", None
+    transfer = breakdown.comm_exposed_ms - wait_ms
+    if worst == "comm_exposed_ms" and pattern in WAIT_BOTTLENECK and wait_ms > transfer:
+        return WAIT_BOTTLENECK[pattern], None
+    return worst.removesuffix("_ms"), None
 
 
 def split_into_jobs(summaries: list[RankSummary]) -> list[list[RankSummary]]:
@@ -236,7 +291,6 @@ def merge_ranks(
             "among these ranks only"
         )
 
-    bottleneck, bottleneck_reason = _bottleneck(mean_breakdown)
     job = JobSummary(
         ranks=summaries,
         placement=where,
@@ -248,8 +302,6 @@ def merge_ranks(
         mean_breakdown=mean_breakdown,
         rank_breakdowns={s.rank: b for s, b in zip(summaries, per_rank, strict=True)},
         step_imbalance=_step_imbalance(summaries, common),
-        bottleneck=bottleneck,
-        bottleneck_reason=bottleneck_reason,
         notes=notes,
     )
     traced = [s for s in summaries if not is_step_timings(s)]
@@ -263,6 +315,9 @@ def merge_ranks(
         job.notes = [n for n in job.notes if not n.endswith(TIER_LIMIT_NOTE)]
         job.notes.append(f"rank(s) {timed}: {TIER_LIMIT_NOTE}")
         job.step_imbalance = [] if not traced else job.step_imbalance
+    job.bottleneck, job.bottleneck_reason = _bottleneck(
+        mean_breakdown, job.wait_ms, job.lateness_pattern
+    )
     imbalances = [entry.imbalance for entry in job.step_imbalance]
     job.load_imbalance = round(_median(imbalances), 4) if imbalances else None
     findings = diagnose(job) + step_timing_findings(job)
@@ -296,12 +351,46 @@ def _merge_collectives(
         )
         return
     job.alignment = alignment
-    job.arrivals, alignment.transfer_ms_per_step = arrival_lags(
+    stats = arrival_lags(
         timings,
         alignment.offsets_us,
         noise_floor_ms=NOISE_FLOOR_OF_STEP * median_step_ms,
         late_floor_ms=STRAGGLER_MIN_EXCESS_OF_STEP * median_step_ms,
         steps=max(len(job.common_steps), 1),
     )
-    job.straggler = _straggler(job.arrivals, median_step_ms, placement)
-    job.slow_node = _slow_node(job.arrivals, median_step_ms, placement)
+    job.arrivals, job.step_lateness = stats.arrivals, stats.step_lateness
+    alignment.transfer_ms_per_step = stats.transfer_ms_per_step
+    late = _late_ranks(job.arrivals, stats.late_group, median_step_ms)
+    group = stats.late_group
+    if group is not None and group.p_value <= LATE_MAX_P:
+        job.late_group = LateGroup(
+            ranks=group.ranks,
+            separated_steps=group.separated_steps,
+            steps=group.steps,
+            p_value=group.p_value,
+        )
+    job.late_ranks = [a.rank for a in late]
+    job.straggler = _straggler(late, median_step_ms, placement)
+    job.slow_node = _slow_node(job.arrivals, late, median_step_ms, placement)
+    waits = {a.rank: a.wait_ms_per_step for a in job.arrivals}
+    job.wait_ms = round(
+        statistics.fmean(
+            min(waits.get(rank, 0.0), breakdown.comm_exposed_ms)
+            for rank, breakdown in job.rank_breakdowns.items()
+        ),
+        3,
+    )
+    job.lateness_pattern = _pattern(job, median_step_ms)
+
+
+def _pattern(job: JobSummary, median_step_ms: float) -> LatenessPattern:
+    if job.slow_node is not None:
+        return LatenessPattern.slow_node
+    if job.straggler is not None:
+        return LatenessPattern.straggler
+    if len(job.late_ranks) >= 2:
+        return LatenessPattern.late_ranks
+    typical_wait = _median([a.wait_ms_per_step for a in job.arrivals])
+    if typical_wait >= MIN_WAIT_OF_STEP * median_step_ms:
+        return LatenessPattern.rotating
+    return LatenessPattern.none

@@ -46,8 +46,8 @@ def _facts(job: JobSummary) -> str:
     if job.straggler:
         lag = job.straggler
         straggler = (
-            f"rank {lag.rank} (+{lag.excess_ms:.1f} ms per collective, z {lag.robust_z:.1f}, "
-            f"clearly last in {lag.last_arrival_fraction:.0%} of steps)"
+            f"rank {lag.rank} (+{lag.excess_ms:.1f} ms per step, p {lag.p_value:.2g}, "
+            f"last in {lag.last_arrival_fraction:.0%} of {lag.steps} steps)"
         )
     if job.slow_node:
         straggler += f"; slow node {job.slow_node.node} (ranks {job.slow_node.ranks})"
@@ -65,6 +65,7 @@ def _facts(job: JobSummary) -> str:
         ("Median step time", f"{job.median_step_ms:.2f} ms"),
         ("Bottleneck", _bottleneck_text(job)),
         ("Straggler", straggler),
+        ("Lateness at collectives", job.lateness_pattern.value.replace("_", " ")),
         ("Load imbalance (median over steps)", imbalance),
         ("Alignment", alignment),
     ]

@@ -22,7 +22,8 @@ def _header() -> str:
     return (
         "<tr><th>rank</th><th>named for</th><th>node</th><th>step ms</th>"
         + "".join(f"<th>{escape(label)} %</th>" for label in CATEGORY_LABELS.values())
-        + "<th>overlapped comm %</th><th>arrival lag ms</th><th>z</th><th>offset us</th></tr>"
+        + "<th>overlapped comm %</th><th>arrival lag ms</th><th>lateness p</th>"
+        + "<th>offset us</th></tr>"
     )
 
 
@@ -49,7 +50,7 @@ def _rank_row(context: ReportContext, rank: int) -> str:
         cells.append(f"{breakdown.percent('comm_overlapped_ms'):.1f}")
     else:
         cells += [""] * (len(Breakdown.CATEGORIES) + 1)
-    cells += [f"{arrival.median_lag_ms:.2f}", f"{arrival.robust_z:.1f}"] if arrival else ["", ""]
+    cells += [f"{arrival.median_lag_ms:.2f}", f"{arrival.p_value:.2g}"] if arrival else ["", ""]
     cells.append(f"{job.offsets_us.get(rank, 0.0):.1f}")
     return (
         f'<tr data-rank="{rank}"'
@@ -73,7 +74,7 @@ def _median_row(context: ReportContext) -> str:
     cells.append(median(b.percent("comm_overlapped_ms") for b in breakdowns))
     cells += [
         median(a.median_lag_ms for a in job.arrivals),
-        median(a.robust_z for a in job.arrivals),
+        "",  # a median of p-values means nothing: each rank's test stands alone
     ]
     cells.append("")
     return _cells(cells)

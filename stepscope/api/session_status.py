@@ -117,7 +117,15 @@ class Reason(StrEnum):
 
 
 Bottleneck = Literal[
-    "compute", "communication", "data-loading", "host-overhead", "idle", "straggler", "unknown"
+    "compute",
+    "communication",
+    "data-loading",
+    "host-overhead",
+    "idle",
+    "straggler",
+    "slow-node",
+    "jitter",
+    "unknown",
 ]
 Severity = Literal["info", "low", "medium", "high"]
 Verdict = Literal["regression", "improvement", "unchanged", "inconclusive"]
@@ -283,6 +291,16 @@ class Breakdown(ApiModel):
         description="Observed state. Percent the device starved while the host launched work.",
     )
     idle: float = Field(ge=0, le=100, description="Observed state. Percent in none of the above.")
+    waiting_for_peers: float | None = Field(
+        None,
+        ge=0,
+        le=100,
+        description=(
+            "Observed state. The part of exposedCommunication spent waiting for the last rank "
+            "to arrive, percent of the step; the rest is transfer. Unset when ranks were not "
+            "aligned."
+        ),
+    )
 
 
 class Straggler(ApiModel):
@@ -300,6 +318,15 @@ class Straggler(ApiModel):
         description=(
             "Observed state. How much later than the typical rank it reaches collectives, "
             "milliseconds per step."
+        ),
+    )
+    confidence: float | None = Field(
+        None,
+        ge=0,
+        le=1,
+        description=(
+            "Observed state. 1 minus the lateness test's p-value: how unlikely a rank this "
+            "late this often would be if no rank were slower (see docs/analysis.md)."
         ),
     )
 
@@ -353,9 +380,11 @@ class Summary(ApiModel):
     bottleneck: Bottleneck | None = Field(
         None,
         description=(
-            "Observed state. What limits the step: compute, communication, data-loading, "
-            "host-overhead, idle or straggler; unknown when it was not measured "
-            "(bottleneckReason says why)."
+            "Observed state. What limits the step: compute, communication (transfer once "
+            "every rank arrived), data-loading, host-overhead, idle, straggler (waiting for "
+            "persistently late ranks), slow-node (waiting for one node's ranks) or jitter "
+            "(waiting for a last rank that changes every step); unknown when it was not "
+            "measured (bottleneckReason says why)."
         ),
     )
     bottleneck_reason: str | None = Field(

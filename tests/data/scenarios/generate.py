@@ -18,6 +18,20 @@ analysis names that mechanism and nothing louder:
 - communication_bound: large gradients, tiny batch, so gradient all-reduce dominates.
 - serialized_allreduce: no DDP; gradients are all-reduced by hand after backward,
   so communication never overlaps the backward pass.
+
+Scenarios for the lateness test (which rank keeps the others waiting, and whether one
+does at all), recorded without memory events to keep them small:
+
+- straggler_2ranks: 2 ranks on their own cores; rank 1 runs extra matrix products
+  after its forward pass every step (extra work, ~40% of the step).
+- straggler_8ranks: 8 ranks; rank 5 stalls outside any operator every forward pass.
+- host_contention: 6 ranks with 2 torch threads each on this 2-core machine, unpinned,
+  every rank doing identical work: more busy threads than cores, so the kernel takes
+  turns and a different rank is late every step.
+- slow_loader: rank 1's Dataset sleeps in __getitem__ (a slow decode on one rank).
+- slow_collective: rank 3's DDP communication hook holds each all-reduce's result for
+  a while before handing it back (a rank behind a slower transport): its collectives
+  finish late, so it starts the next step late.
 """
 
 from __future__ import annotations
@@ -47,7 +61,14 @@ SCENARIOS = (
     "data_loading",
     "communication_bound",
     "serialized_allreduce",
+    "straggler_2ranks",
+    "straggler_8ranks",
+    "host_contention",
+    "slow_loader",
+    "slow_collective",
 )
+# Ranks per scenario where it is not WORLD_SIZE.
+WORLD_SIZES = {"straggler_2ranks": 2, "straggler_8ranks": 8, "host_contention": 6}
 # Profile 5 steps after 2 warm-up steps: enough for robust per-rank statistics,
 # few enough that each gzipped trace stays well under a megabyte.
 SKIP_STEPS, WARMUP_STEPS, ACTIVE_STEPS = 1, 1, 5
@@ -82,11 +103,17 @@ class TinyModel(nn.Module):
         self.body = nn.Sequential(*blocks)
         self.head = nn.Linear(hidden, 1)
         self.stall_s = stall_s
+        self.extra_matmuls = 0
+        self.extra = torch.randn(512, 512)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.stall_s:
             time.sleep(self.stall_s)
-        return self.head(self.body(x))
+        out = self.head(self.body(x))
+        for _ in range(self.extra_matmuls):
+            # Extra work whose result is discarded: compute that only this rank does.
+            torch.mm(self.extra, self.extra)
+        return out
 
 
 def scenario_settings(scenario: str, rank: int) -> dict:
@@ -107,7 +134,28 @@ def scenario_settings(scenario: str, rank: int) -> dict:
         "stall_s": 0.0,
         "ddp": True,
         "bucket_cap_mb": 0.8,
+        "profile_memory": True,
+        "pin": True,
+        "threads": 1,
+        "extra_matmuls": 0,
+        "hold_allreduce_s": 0.0,
     }
+    if scenario in WORLD_SIZES or scenario in ("slow_loader", "slow_collective"):
+        settings["profile_memory"] = False
+    if scenario == "straggler_2ranks" and rank == 1:
+        settings["extra_matmuls"] = 24
+    elif scenario == "straggler_8ranks":
+        settings["batch"] = 512
+        if rank == 5:
+            # Longer than the straggler's 4-rank stall: with 8 ranks on 2 cores the others'
+            # compute stretches, and a shorter stall hides inside it.
+            settings["stall_s"] = 0.3
+    elif scenario == "host_contention":
+        settings.update(pin=False, threads=2, batch=512)
+    elif scenario == "slow_loader" and rank == 1:
+        settings["delay_s"] = 0.0001
+    elif scenario == "slow_collective" and rank == 3:
+        settings["hold_allreduce_s"] = 0.2
     if scenario == "straggler" and rank == STRAGGLER_RANK:
         settings["stall_s"] = 0.1
     elif scenario == "data_loading":
@@ -123,12 +171,32 @@ def scenario_settings(scenario: str, rank: int) -> dict:
     return settings
 
 
+def held_allreduce_hook(hold_s: float):
+    """A DDP communication hook that all-reduces a bucket as DDP does, then holds the
+    result `hold_s` before handing it back, as a rank behind a slower link receives its
+    data late; the hold runs in the future's callback, off the main thread."""
+
+    # No annotations: DDP checks them against the real types, and this module's
+    # `from __future__ import annotations` would hand it strings.
+    def hook(_state, bucket):
+        tensor = bucket.buffer().div_(dist.get_world_size())
+        future = dist.all_reduce(tensor, async_op=True).get_future()
+
+        def held(done: torch.futures.Future) -> torch.Tensor:
+            time.sleep(hold_s)
+            return done.value()[0]
+
+        return future.then(held)
+
+    return hook
+
+
 def all_reduce_after_backward(parameters: list[nn.Parameter]) -> None:
     """Average gradients in one flat all-reduce once backward is done: nothing
     overlaps it, unlike DDP's buckets that start while backward still runs."""
     flat = torch.cat([p.grad.reshape(-1) for p in parameters])
     dist.all_reduce(flat)
-    flat /= WORLD_SIZE
+    flat /= dist.get_world_size()
     for parameter, chunk in zip(
         parameters, flat.split([p.numel() for p in parameters]), strict=True
     ):
@@ -172,20 +240,26 @@ def pin_to_core(rank: int) -> None:
 
 def run_rank(rank: int, scenario: str, port: int, out_dir: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    pin_to_core(rank)
-    # Four ranks share two cores here; one thread per rank keeps them from fighting.
-    torch.set_num_threads(1)
-    torch.manual_seed(0)
-    dist.init_process_group("gloo", rank=rank, world_size=WORLD_SIZE)
     settings = scenario_settings(scenario, rank)
+    if settings["pin"]:
+        pin_to_core(rank)
+    # Four ranks share two cores here; one thread per rank keeps them from fighting
+    # (except where the fight is the scenario).
+    torch.set_num_threads(settings["threads"])
+    torch.manual_seed(0)
+    world_size = WORLD_SIZES.get(scenario, WORLD_SIZE)
+    dist.init_process_group("gloo", rank=rank, world_size=world_size)
 
     model = TinyModel(
         settings["features"], settings["hidden"], settings["layers"], settings["stall_s"]
     )
+    model.extra_matmuls = settings["extra_matmuls"]
     if settings["ddp"]:
         model = DistributedDataParallel(
             model, bucket_cap_mb=settings["bucket_cap_mb"], gradient_as_bucket_view=True
         )
+        if settings["hold_allreduce_s"]:
+            model.register_comm_hook(None, held_allreduce_hook(settings["hold_allreduce_s"]))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     total_steps = SKIP_STEPS + WARMUP_STEPS + ACTIVE_STEPS
     dataset = SyntheticDataset(
@@ -205,7 +279,7 @@ def run_rank(rank: int, scenario: str, port: int, out_dir: str) -> None:
         activities=[torch.profiler.ProfilerActivity.CPU],
         schedule=schedule,
         on_trace_ready=save_trace,
-        profile_memory=True,
+        profile_memory=settings["profile_memory"],
     ) as prof:
         for inputs, targets in loader:
             loss = nn.functional.mse_loss(model(inputs), targets)
@@ -224,7 +298,8 @@ def generate(scenario: str) -> Path:
     out_dir.mkdir(exist_ok=True)
     for old in out_dir.glob("rank-*.json.gz"):
         old.unlink()
-    mp.spawn(run_rank, args=(scenario, free_port(), str(out_dir)), nprocs=WORLD_SIZE, join=True)
+    ranks = WORLD_SIZES.get(scenario, WORLD_SIZE)
+    mp.spawn(run_rank, args=(scenario, free_port(), str(out_dir)), nprocs=ranks, join=True)
     return out_dir
 
 

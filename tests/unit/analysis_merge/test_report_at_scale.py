@@ -232,7 +232,7 @@ def test_the_report_stays_bounded_at_1024_ranks(straggler_job, slow_node_job):
 def test_many_named_ranks_are_capped_and_the_rest_counted(straggler_job):
     late = list(range(100, 400))
     finding = Finding(
-        id="load-imbalance",
+        id="late-ranks",
         severity=Severity.medium,
         title="Ranks wait for each other at collectives",
         evidence=Evidence(text="synthetic"),

@@ -27,7 +27,7 @@ from stepscope_operator.status import (
 from stepscope_operator.targets import RankTarget
 from synthetic_ranks import STEP_US, rank_summary
 
-from stepscope.analysis.job_model import JobSummary
+from stepscope.analysis.job_model import JobSummary, LatenessPattern
 from stepscope.analysis.merge import merge_ranks
 from stepscope.api.session_status import Phase, ProfileSessionStatus, Reason
 
@@ -69,6 +69,7 @@ def build_job(lag_us: dict[int, float], seed: int = 11) -> JobSummary:
 def test_one_straggler_among_1024_is_named():
     job = build_job({700: 0.2 * STEP_US})
     assert job.straggler is not None and job.straggler.rank == 700
+    assert job.late_ranks == [700] and job.straggler.p_value < 1e-6
     assert job.slow_node is None
     summary = summary_from_job(job, 95.0)
     assert summary.straggler.rank == 700
@@ -81,11 +82,15 @@ def test_one_slow_node_of_8_ranks_is_named_and_no_single_straggler():
     assert job.slow_node is not None and job.slow_node.node == node_of(8 * 37)
     assert job.slow_node.ranks == list(slow)
     assert job.straggler is None
+    assert sorted(job.late_ranks) == list(slow)
+    assert job.lateness_pattern is LatenessPattern.slow_node
 
 
 def test_pure_noise_names_no_straggler_and_no_slow_node():
     job = build_job({})
     assert job.straggler is None and job.slow_node is None
+    assert job.late_ranks == [] and job.late_group is None
+    assert "rotating-lateness" not in [f.id for f in job.findings]  # 2% jitter is noise
 
 
 def test_the_status_of_a_1024_rank_session_fits_32_kib_and_names_the_straggler():
