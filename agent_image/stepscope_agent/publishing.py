@@ -163,6 +163,8 @@ def _write_artifacts(request, artifacts: FinishedWindow, samples, work_dir: Path
     files["counters"] = _write_json(
         work_dir / "counters.json", counter_trace(samples, base_ns, artifacts.pid)
     )
+    if samples:
+        summary = with_counter_statistics(summary, files["counters"])
     files["steps"] = _write_json(
         work_dir / "steps.json",
         {
@@ -188,6 +190,25 @@ def summarize(trace: Path, rank: int) -> tuple[RankSummary | None, str | None]:
         return summarize_rank(trace, rank=rank), None
     except Exception as error:  # noqa: BLE001 - analysis is best effort here
         return None, f"summary unavailable: {error!r}"
+
+
+def with_counter_statistics(summary: CaptureSummary, counters: Path) -> CaptureSummary:
+    """The summary with the statistics of the rank's counters.json, read back through the
+    shared reader (bounded and validated, as every reader of the file does); a failure
+    leaves the summary as it was, and the file is still uploaded."""
+    try:
+        from stepscope.analysis.counters import rank_counter_stats, read_counter_file
+
+        traced = summary.rank_summary if isinstance(summary, TraceSummary) else None
+        devices = [split.device for split in traced.gpu] if traced is not None else []
+        stats = rank_counter_stats(read_counter_file(counters), devices)
+    except Exception:  # counters are best effort, like the summary
+        log.exception("could not read back %s", counters)
+        return summary
+    if traced is not None:
+        traced = traced.model_copy(update={"counters": stats})
+        return summary.model_copy(update={"rank_summary": traced})
+    return summary.model_copy(update={"counters": stats})
 
 
 def step_summary(

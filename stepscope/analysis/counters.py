@@ -145,6 +145,29 @@ def summarize_counters(document: dict) -> CounterStats:
     )
 
 
+def rank_counter_stats(document: dict, trace_devices: list[int]) -> CounterStats | None:
+    """The statistics of the devices one rank used, or None when nothing was sampled.
+
+    The sampler reads every GPU of the pod, and a pod may hold several ranks. A rank's
+    devices are those its trace ran kernels on (NVML and CUDA number a container's GPUs
+    alike when they are of one kind, the usual case); a rank without a trace in a
+    one-GPU pod has that GPU; otherwise the statistics cover every GPU of the pod, and a
+    note says so."""
+    stats = summarize_counters(document)
+    if not stats.devices:
+        return stats if stats.rejected_events else None
+    mine = [d for d in stats.devices if d.device in set(trace_devices)]
+    if mine:
+        return stats.model_copy(update={"devices": mine})
+    if len(stats.devices) > 1:
+        note = (
+            f"the pod has {len(stats.devices)} GPUs and this rank's device is not known "
+            "(no GPU activity in its trace): the counters cover all of them"
+        )
+        return stats.model_copy(update={"notes": [*stats.notes, note]})
+    return stats
+
+
 def _device(device: int, metrics: dict[str, list[tuple[float, float]]]) -> DeviceCounters:
     series = [
         _series(metric, [v for _, v in metrics[metric]]) for metric in GAUGES if metric in metrics
