@@ -9,6 +9,7 @@ from __future__ import annotations
 from html import escape
 
 from stepscope.analysis.job_model import Finding, JobSummary
+from stepscope.analysis.report_counters import gpu_section
 from stepscope.analysis.report_plots import CATEGORY_LABELS, breakdown_per_rank, step_times
 from stepscope.analysis.summary_model import Breakdown
 
@@ -111,7 +112,7 @@ def render_report(job: JobSummary) -> str:
         f"<h2>Findings</h2>{findings}"
         f"<h2>Where the step goes, per rank</h2>{breakdown_per_rank(job)}"
         f"<h2>Step time per rank</h2>{step_times(job)}"
-        f"<h2>Ranks</h2>{_rank_table(job)}"
+        f"<h2>Ranks</h2>{_rank_table(job)}{gpu_section(job)}"
         + (f"<h2>Notes</h2><ul>{notes}</ul>" if notes else "")
         + "</body></html>\n"
     )
