@@ -12,6 +12,13 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field
 
+# A summary comes from the tenant's pod, so its lists are bounded where they are parsed:
+# the reader makes at most 13 series, 5 reasons, 64 devices and 2 notes.
+MAX_SERIES = 32
+MAX_REASONS = 16
+MAX_DEVICES = 64
+MAX_NOTES = 8
+
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="ignore")
@@ -20,7 +27,7 @@ class _Model(BaseModel):
 class CounterSeries(_Model):
     """One metric of one device over the window."""
 
-    metric: str
+    metric: str = Field(max_length=64)
     samples: int
     mean: float
     min: float
@@ -33,7 +40,7 @@ class DeviceCounters(_Model):
     """One GPU's counters over the window, with what they say about its speed."""
 
     device: int = Field(description="NVML index of the GPU in its node.")
-    series: list[CounterSeries] = Field(default_factory=list)
+    series: list[CounterSeries] = Field(default_factory=list, max_length=MAX_SERIES)
     throttled_fraction: float | None = Field(
         None,
         description=(
@@ -42,7 +49,9 @@ class DeviceCounters(_Model):
         ),
     )
     throttle_reasons: list[str] = Field(
-        default_factory=list, description="The slowdown reasons seen, e.g. sw_power_cap."
+        default_factory=list,
+        max_length=MAX_REASONS,
+        description="The slowdown reasons seen, e.g. sw_power_cap.",
     )
     nvlink_tx_mib_per_s: float | None = None
     nvlink_rx_mib_per_s: float | None = None
@@ -66,11 +75,11 @@ class CounterStats(_Model):
 
     interval_s: float | None = Field(None, description="Median time between samples.")
     window_s: float = Field(0.0, description="From the first to the last sample.")
-    devices: list[DeviceCounters] = Field(default_factory=list)
+    devices: list[DeviceCounters] = Field(default_factory=list, max_length=MAX_DEVICES)
     rejected_events: int = Field(
         0, description="Counter events not understood (wrong shape, unknown name, bad value)."
     )
-    notes: list[str] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list, max_length=MAX_NOTES)
 
     def mean_over_devices(self, metric: str, statistic: str = "mean") -> float | None:
         values = [v for d in self.devices if (v := d.stat(metric, statistic)) is not None]

@@ -23,13 +23,18 @@ import statistics
 from collections.abc import Iterator
 from pathlib import Path
 
-from stepscope.analysis.counter_model import CounterSeries, CounterStats, DeviceCounters
+from stepscope.analysis.counter_model import (
+    MAX_DEVICES,
+    CounterSeries,
+    CounterStats,
+    DeviceCounters,
+)
 from stepscope.analysis.trace_input import loads_bounded
 
 # 6000 samples (the sampler's cap) x 13 counters is ~80,000 events of ~90 bytes.
 MAX_COUNTER_BYTES = 32 * 1024 * 1024
 MAX_COUNTER_EVENTS = 400_000
-MAX_COUNTER_DEVICES = 64
+MAX_COUNTER_DEVICES = MAX_DEVICES
 
 # What the sampler writes (nvml_sampling.NvmlSampler._readers); anything else is rejected.
 GAUGES = (

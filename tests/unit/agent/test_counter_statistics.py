@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from pydantic import ValidationError
 from stepscope_agent.publishing import with_counter_statistics
 from support.nvml_replay import HW_SLOWDOWN, SW_POWER_CAP, a100_reading, record_counters
 
@@ -136,3 +137,10 @@ def test_files_past_the_limits_are_refused(tmp_path):
     big.write_bytes(b" " * (MAX_COUNTER_BYTES + 10))
     with pytest.raises(CounterFileError):
         read_counter_file(big)
+
+
+def test_a_summary_with_unbounded_counter_lists_is_refused():
+    timed = StepStatistics(tier=Tier.STEPS, rank=0, first_step=1, last_step=2).to_wire()
+    timed["counters"] = {"devices": [{"device": i} for i in range(65)]}
+    with pytest.raises(ValidationError, match="devices"):
+        parse_capture_summary(timed)
