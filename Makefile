@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 # Re-install only when the dependency pins change.
 VENV_STAMP := $(VENV)/.stepscope-installed
 
-.PHONY: venv binaries crds test test-unit demo bench lint clean-instance
+.PHONY: venv binaries crds test test-unit demo bench gpu-check lint clean-instance
 
 venv: $(VENV_STAMP)
 
@@ -35,6 +35,11 @@ demo: venv binaries
 
 bench: venv binaries
 	@set -e; for bench in bench/bench_*.py; do echo "== $$bench"; $(PY) $$bench; done
+
+# On a machine with an NVIDIA GPU: counters, kernels, tensor cores and memory events at every
+# tier (bench/gpu_check.py; exits 77 and says why on a machine without one).
+gpu-check: venv
+	$(PY) bench/gpu_check.py
 
 lint: venv
 	$(VENV)/bin/ruff check stepscope operator agent_image dev tests bench

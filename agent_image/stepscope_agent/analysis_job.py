@@ -20,10 +20,12 @@ import gzip
 import os
 import sys
 import tempfile
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import BinaryIO
 
+from stepscope.analysis.counters import MAX_COUNTER_BYTES, CounterFileError, load_counter_document
 from stepscope.analysis.job_model import JobSummary
 from stepscope.analysis.merged_trace import write_merged_trace
 from stepscope.analysis.rank_track import all_ranks_track
@@ -83,6 +85,7 @@ def build_artifacts(plan: AnalysisPlan, job: JobSummary, workdir: Path) -> Analy
         "stepscope_all_ranks_track": "processes 'all ranks: steps' and 'all ranks: arrival "
         "lag' hold every rank's step boundaries and collective arrival lag",
     }
+    counters, notes = _counter_documents(plan)
     with (
         merged.open("wb") as spool,
         gzip.GzipFile(fileobj=spool, mode="wb", compresslevel=6) as out,
@@ -94,12 +97,31 @@ def build_artifacts(plan: AnalysisPlan, job: JobSummary, workdir: Path) -> Analy
             {trace.rank: trace.name for trace in plan.traces},
             prelude=all_ranks_track(job, chosen),
             about=about,
+            counters=counters,
         )
     upload_file(merged, plan.merged_trace)
     result.merged_ranks = sorted(chosen)
     result.merged_events = written.events
-    result.notes = written.notes()[:MAX_RESULT_NOTES]
+    result.notes = (written.notes() + notes)[:MAX_RESULT_NOTES]
     return result
+
+
+def _counter_documents(plan: AnalysisPlan) -> tuple[dict[int, dict], list[str]]:
+    """Each chosen rank's counters.json, read within the counters reader's limits. A rank
+    without one (no GPU) is simply left out; one that is refused is named in a note."""
+    documents, notes = {}, []
+    for trace in plan.traces:
+        if trace.counters_url is None:
+            continue
+        try:
+            with urllib.request.urlopen(trace.counters_url, timeout=REQUEST_TIMEOUT_S) as body:
+                documents[trace.rank] = load_counter_document(body.read(MAX_COUNTER_BYTES + 1))
+        except urllib.error.HTTPError as error:
+            if error.code != 404:
+                notes.append(f"merged trace: rank {trace.rank} counters unreadable: {error}")
+        except (OSError, CounterFileError) as error:
+            notes.append(f"merged trace: rank {trace.rank} counters left out: {error}"[:500])
+    return documents, notes
 
 
 def run(plan_url: str, workdir: Path) -> int:

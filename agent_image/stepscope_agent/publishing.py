@@ -91,7 +91,9 @@ def publish_rank(
     grants = request.grants_for(artifacts.rank)
     try:
         _make_work_dir(work_dir)
-        files, summary = _write_artifacts(request, artifacts, samples, work_dir)
+        files, summary = write_artifacts(
+            request.capture_id, request.tier, artifacts, samples, work_dir
+        )
         note = summary.trace_not_summarised if isinstance(summary, StepStatistics) else None
         result = PublishResult(summary=summary, note=note)
         total = sum(path.stat().st_size for path in files.values())
@@ -142,7 +144,11 @@ def _upload(files: dict[str, Path], grants: RankGrants, result: PublishResult) -
         result.artifact_keys.append(grant.key)
 
 
-def _write_artifacts(request, artifacts: FinishedWindow, samples, work_dir: Path):
+def write_artifacts(
+    capture_id: str, tier: Tier, artifacts: FinishedWindow, samples: list, work_dir: Path
+) -> tuple[dict[str, Path], CaptureSummary]:
+    """The rank's files in ``work_dir`` (trace.json.gz, counters.json, steps.json,
+    summary.json) and its summary; uploading them is the caller's part."""
     files: dict[str, Path] = {}
     base_ns = 0
     summary: CaptureSummary | None = None
@@ -157,18 +163,20 @@ def _write_artifacts(request, artifacts: FinishedWindow, samples, work_dir: Path
             shutil.copyfileobj(raw, packed, 1 << 20)
         rank_summary, note = summarize(files["trace"], artifacts.rank)
         if rank_summary is not None:
-            summary = TraceSummary(tier=request.tier, rank_summary=rank_summary)
+            summary = TraceSummary(tier=tier, rank_summary=rank_summary)
     if summary is None:
-        summary = step_summary(artifacts, request.tier, note)
+        summary = step_summary(artifacts, tier, note)
     files["counters"] = _write_json(
         work_dir / "counters.json", counter_trace(samples, base_ns, artifacts.pid)
     )
+    if samples:
+        summary = with_counter_statistics(summary, files["counters"])
     files["steps"] = _write_json(
         work_dir / "steps.json",
         {
-            "captureId": request.capture_id,
+            "captureId": capture_id,
             "rank": artifacts.rank,
-            "tier": request.tier.value,
+            "tier": tier.value,
             "firstStep": artifacts.first_step,
             "lastStep": artifacts.last_step,
             "exportStallMs": artifacts.export_stall_ms,
@@ -188,6 +196,25 @@ def summarize(trace: Path, rank: int) -> tuple[RankSummary | None, str | None]:
         return summarize_rank(trace, rank=rank), None
     except Exception as error:  # noqa: BLE001 - analysis is best effort here
         return None, f"summary unavailable: {error!r}"
+
+
+def with_counter_statistics(summary: CaptureSummary, counters: Path) -> CaptureSummary:
+    """The summary with the statistics of the rank's counters.json, read back through the
+    shared reader (bounded and validated, as every reader of the file does); a failure
+    leaves the summary as it was, and the file is still uploaded."""
+    try:
+        from stepscope.analysis.counters import rank_counter_stats, read_counter_file
+
+        traced = summary.rank_summary if isinstance(summary, TraceSummary) else None
+        devices = [split.device for split in traced.gpu] if traced is not None else []
+        stats = rank_counter_stats(read_counter_file(counters), devices)
+    except Exception:  # counters are best effort, like the summary
+        log.exception("could not read back %s", counters)
+        return summary
+    if traced is not None:
+        traced = traced.model_copy(update={"counters": stats})
+        return summary.model_copy(update={"rank_summary": traced})
+    return summary.model_copy(update={"counters": stats})
 
 
 def step_summary(

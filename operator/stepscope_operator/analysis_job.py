@@ -50,8 +50,10 @@ def build_analysis_plan(
     merged_trace: ArtifactGrant | None,
     report: ArtifactGrant,
     result: ArtifactGrant,
+    counter_urls: dict[int, str] | None = None,
 ) -> AnalysisPlan:
-    """The plan for the chosen ranks; `trace_urls` maps rank -> (s3 URI, presigned GET)."""
+    """The plan for the chosen ranks; `trace_urls` maps rank -> (s3 URI, presigned GET),
+    `counter_urls` rank -> presigned GET of its counters.json."""
     reasons = selection.reasons_by_rank()
     return AnalysisPlan(
         session=session,
@@ -62,6 +64,7 @@ def build_analysis_plan(
                 name=trace_urls[rank][0],
                 get_url=trace_urls[rank][1],
                 reasons=reasons[rank],
+                counters_url=(counter_urls or {}).get(rank),
             )
             for rank in selection.ranks
         ],

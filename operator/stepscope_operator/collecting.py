@@ -88,6 +88,8 @@ def _step_timings_summary(
     if document is None:
         return None
     summary = summarize_steps_document(document, rank=rank)
+    if statistics.counters is not None:
+        summary = summary.model_copy(update={"counters": statistics.counters})
     if statistics.trace_not_summarised:
         # The trace was there but could not be summarised; say so next to the tier's limit.
         notes = [*summary.source_notes, f"trace not summarised: {statistics.trace_not_summarised}"]

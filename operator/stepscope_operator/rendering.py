@@ -100,6 +100,12 @@ def _write_plan(
         )
         for rank in selection.ranks
     }
+    # A rank's NVML counters go on its process in the merged trace; without a GPU the
+    # object is missing and the Job's GET of it fails, which only leaves the track out.
+    counter_urls = {
+        rank: get_url(buckets, rank_key(prefix, rank, RankArtifact.COUNTERS), lifetime)
+        for rank in selection.ranks
+    }
     merged = None
     if selection.chosen:
         # The merged trace is about the chosen traces' size once compressed again, plus
@@ -129,6 +135,7 @@ def _write_plan(
             "text/html; charset=utf-8",
         ),
         post_grant(buckets, result_key, lifetime, now, MAX_RESULT_BYTES, "application/json"),
+        counter_urls,
     )
     plan_key = session_key(prefix, SessionArtifact.ANALYSIS_PLAN)
     buckets.put_bytes(plan_key, plan.model_dump_json(by_alias=True).encode(), "application/json")

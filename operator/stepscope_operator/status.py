@@ -17,6 +17,7 @@ from pydantic import BaseModel
 from stepscope.analysis.job_model import JobSummary
 from stepscope.analysis.step_timings import is_step_timings
 from stepscope.api.agent import CaptureFailure, CaptureState, CaptureSummary, RankCaptureStatus
+from stepscope.api.gpu_status import gpu_counters_status
 from stepscope.api.meta import CONDITION_MESSAGE_MAX_LENGTH, Condition
 from stepscope.api.session_status import (
     FINDING_TEXT_MAX_LENGTH,
@@ -225,6 +226,7 @@ def summary_from_job(job: JobSummary, unprofiled_step_ms: float | None = None) -
         straggler=_straggler(job),
         **_bottleneck(job, timings_only),
         findings=_findings(job),
+        gpu=gpu_counters_status(job.counters),
     )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from stepscope.analysis.device_findings import gpu_throttling, input_starves_gpu, out_of_memory_risk
 from stepscope.analysis.jitter_findings import rotating_lateness
 from stepscope.analysis.job_model import Evidence, Finding, JobSummary, Severity
 from stepscope.analysis.resource_findings import (
@@ -56,6 +57,9 @@ DETECTORS: tuple[Callable[[JobSummary], Finding | None], ...] = (
     memory_pressure,
     gpu_underutilization,
     no_tensor_cores,
+    out_of_memory_risk,
+    input_starves_gpu,
+    gpu_throttling,
     misaligned_steps,
 )
 

@@ -12,6 +12,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from stepscope.analysis.counter_overview import CounterOverview
 from stepscope.analysis.summary_model import Breakdown, RankSummary
 
 
@@ -262,6 +263,9 @@ class JobSummary(_Model):
     )
     bottleneck_reason: str | None = Field(
         None, description="Why the bottleneck is unknown, when it is; None otherwise."
+    )
+    counters: CounterOverview | None = Field(
+        None, description="GPU counters across ranks (NVML), when any rank sampled them."
     )
     findings: list[Finding] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)

@@ -35,6 +35,7 @@ import statistics
 from collections import Counter
 
 from stepscope.analysis.alignment import align_ranks, arrival_lags, collective_timings
+from stepscope.analysis.counter_overview import counter_overview
 from stepscope.analysis.findings import diagnose
 from stepscope.analysis.job_model import (
     JobSummary,
@@ -320,6 +321,7 @@ def merge_ranks(
     )
     imbalances = [entry.imbalance for entry in job.step_imbalance]
     job.load_imbalance = round(_median(imbalances), 4) if imbalances else None
+    job.counters = counter_overview(summaries)
     findings = diagnose(job) + step_timing_findings(job)
     job.findings = sorted(findings, key=lambda f: (-f.severity.order, -f.impact_pct, f.id))
     return job

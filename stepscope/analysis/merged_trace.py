@@ -6,6 +6,10 @@ and every timestamp is shifted by the rank's clock offset from the merge. The
 traces are streamed event by event (ijson in, one `json.dumps` per event out),
 so memory stays bounded however large the traces are.
 
+A rank's NVML counters (its counters.json, parsed by ``counters.load_counter_document``)
+become counter tracks on its process, shifted by the same offset: the sampler wrote them
+on that rank's trace clock. Only samples in the sampler's exact shape are written.
+
 The traces are tenant data, so this runs in the analysis Job in the tenant's namespace
 (`stepscope_agent.analysis_job`), never in the operator; each is read by the same
 `TraceReader` as the analysis, so the limits of `trace_input` hold here too. A rank whose
@@ -20,6 +24,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
+from stepscope.analysis.counters import counter_events
 from stepscope.analysis.reader import TraceReader
 from stepscope.analysis.trace_input import MAX_TRACE_THREADS, TraceReadError
 
@@ -115,6 +120,7 @@ def write_merged_trace(
     names: Mapping[int, str] | None = None,
     prelude: Iterable[dict] = (),
     about: Mapping[str, object] | None = None,
+    counters: Mapping[int, dict] | None = None,
 ) -> MergedTrace:
     """Stream each `(rank, open)` source into `out` as one Chrome trace JSON.
 
@@ -123,7 +129,8 @@ def write_merged_trace(
     track) are written first, and `about` goes into `otherData` next to the offsets (which
     ranks are in the file and why). `out` receives plain JSON bytes (wrap it in
     gzip.GzipFile to compress). A rank whose trace fails is cut where it failed and named
-    in the result, never fatal to the others.
+    in the result, never fatal to the others. `counters` maps a rank to its parsed
+    counters.json, written as counter tracks on the rank's process.
     """
     result = MergedTrace()
     out.write(b'{"traceEvents":[\n')
@@ -142,11 +149,11 @@ def write_merged_trace(
             emit(event)
         name = (names or {}).get(rank, f"rank {rank} trace")
         tids, named = _ThreadIds(), set()
+        shift = offsets_us.get(rank, 0.0)
         try:
             for raw in TraceReader(name, open_trace).raw_events():
                 if raw.get("ph") == "M" and raw.get("name") in PROCESS_METADATA:
                     continue
-                shift = offsets_us.get(rank, 0.0)
                 event = _rewrite(raw, rank, shift, slot, len(sources), tids)
                 if event.get("ph") == "M" and event.get("name") == "thread_name":
                     named.add(event["tid"])
@@ -155,6 +162,8 @@ def write_merged_trace(
             reason = str(error) if isinstance(error, TraceReadError) else f"{name}: {error}"
             result.skipped[rank] = reason[:500]
             emit(_incomplete_label(rank, result.skipped[rank]))
+        for event in counter_events((counters or {}).get(rank) or {}, rank, shift):
+            emit(event)
         for tid, thread in tids.unnamed(named):
             emit(
                 {

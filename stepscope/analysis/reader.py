@@ -116,6 +116,13 @@ class TraceReader:
         """Every event as its JSON object, after the same checks as ``events``."""
         return self._read(raw=True)
 
+    def leading_keys(self) -> dict:
+        """The top-level keys before ``traceEvents`` in what has been read so far; once
+        an event was yielded that includes the first chunk, where Kineto writes its flags
+        (``profile_memory``, ``record_shapes``)."""
+        recorder = getattr(self, "_recorder", None)
+        return _top_level_keys(bytes(recorder.head)) if recorder is not None else {}
+
     def _read(self, *, raw: bool) -> Iterator:
         try:
             stream = self._open()
@@ -124,7 +131,7 @@ class TraceReader:
                 self.name, 0, f"cannot open: {err.strerror or err}", truncated=False
             ) from err
         with stream:
-            recorder = _RecordingReader(LimitedStream(decompressed(stream)))
+            recorder = self._recorder = _RecordingReader(LimitedStream(decompressed(stream)))
             try:
                 yield from self._parse(recorder, raw=raw)
             except TraceReadError:

@@ -16,6 +16,7 @@ from html import escape
 
 from stepscope.analysis.job_model import Finding, JobSummary
 from stepscope.analysis.report_context import ReportContext
+from stepscope.analysis.report_counters import gpu_section
 from stepscope.analysis.report_distributions import distributions
 from stepscope.analysis.report_heatmaps import binning_note, heatmap
 from stepscope.analysis.report_plots import breakdown_per_rank, step_times
@@ -149,6 +150,7 @@ SECTIONS: list[Section] = [
     Section("breakdown", "Where the step goes, per rank", _small_job_only(breakdown_per_rank)),
     Section("step-times", "Step time per rank", _small_job_only(step_times)),
     Section("ranks", "Ranks", rank_detail),
+    Section("gpu", "GPU counters and memory", lambda c: gpu_section(c.job) or None),
     Section("notes", "Notes", _notes),
 ]
 """The report's sections in page order; a new figure is one more entry here."""

@@ -18,6 +18,8 @@ from stepscope.analysis import classify
 from stepscope.analysis.aggregates import Collectives, LaunchGaps, NameTable, OpNesting, comm_meta
 from stepscope.analysis.breakdowns import DeviceTotals, StepTotals
 from stepscope.analysis.events import EventKind, TraceEvent
+from stepscope.analysis.launch_links import LaunchLinks, unlaunched_note
+from stepscope.analysis.memory_peaks import MemoryPeaks
 from stepscope.analysis.reader import IJSON_BACKEND, TraceHeader, TraceReader, TraceReadError
 from stepscope.analysis.step_windows import StepSpan, step_lookup, step_windows
 from stepscope.analysis.summary_model import (
@@ -25,9 +27,9 @@ from stepscope.analysis.summary_model import (
     Breakdown,
     DataLoadingStats,
     HostStats,
-    MemoryStats,
     RankSummary,
     StepRecord,
+    UnlaunchedGpuActivity,
 )
 from stepscope.analysis.timeline import IntervalStore
 from stepscope.analysis.trace_input import MAX_TRACE_DEVICES, MAX_TRACE_THREADS, LimitExceeded
@@ -77,7 +79,9 @@ def summarize_rank(
     builder = RankSummaryBuilder()
     try:
         try:
-            for event in reader.events():
+            for count, event in enumerate(reader.events()):
+                if count == 0 and reader.leading_keys().get("profile_memory"):
+                    builder.memory.index_ops()
                 builder.add(event)
         except TraceReadError as err:
             if not allow_partial or builder.event_count == 0:
@@ -132,8 +136,8 @@ class RankSummaryBuilder:
         self.hip_runtime = False
         self.cpu_ops = 0
         self.short_ops = 0
-        self.memory_peaks: dict[str, list[int]] = {"gpu": [0, 0], "cpu": [0, 0]}
-        self.memory_events = 0
+        self.memory = MemoryPeaks()
+        self.launch_links = LaunchLinks()
         self.data_loading = [0, 0.0, 0.0]  # calls, total us, max us
         self.step_totals = StepTotals()
         self.device_totals = DeviceTotals()
@@ -193,6 +197,8 @@ class RankSummaryBuilder:
         self.cpu_ops += 1
         if dur < SHORT_OP_US:
             self.short_ops += 1
+        if self.memory.ops is not None:
+            self.memory.ops.add(tid, name, start, dur)
         if self.nesting.push(tid, name, start, dur):
             self.intervals.add(("ops", tid), start, start + dur)
             self.op_time_by_thread[tid] += dur
@@ -243,6 +249,8 @@ class RankSummaryBuilder:
     def _runtime(self, event: TraceEvent) -> None:
         _, name, _, tid, start, dur, _, _, _ = event
         self.runtime_us += dur
+        if event[6]:
+            self.launch_links.launched(event[6].get("correlation"))
         flags = self._runtime_flags.get(name)
         if flags is None:
             flags = (classify.is_launch(name), not classify.is_blocking_runtime(name))
@@ -274,6 +282,7 @@ class RankSummaryBuilder:
                 "tensor_core_us": 0.0,
             }
         start, end = event.ts, event.ts + event.dur
+        self.launch_links.ran(args.get("correlation"), event.dur)
         self.gpu_watermark = max(self.gpu_watermark, start)
         self._until_seal -= 1
         if self._until_seal == 0:
@@ -306,14 +315,7 @@ class RankSummaryBuilder:
             self.device_totals.add(chunk)
 
     def _memory(self, event: TraceEvent) -> None:
-        args = event.args or {}
-        self.memory_events += 1
-        peaks = self.memory_peaks["cpu" if args.get("Device Type", 0) == 0 else "gpu"]
-        allocated, reserved = args.get("Total Allocated"), args.get("Total Reserved")
-        if isinstance(allocated, (int, float)) and allocated > peaks[0]:
-            peaks[0] = int(allocated)
-        if isinstance(reserved, (int, float)) and reserved > peaks[1]:
-            peaks[1] = int(reserved)
+        self.memory.add(event.args, event.ts, event.tid)
 
     # --- building ---------------------------------------------------------------
 
@@ -347,7 +349,7 @@ class RankSummaryBuilder:
         steps = _step_records(windows, breakdowns)
         collectives, dropped = self.collectives.records(step_lookup(windows))
         step_count = max(1, len(windows))
-        peaks = self.memory_peaks["gpu" if self._gpu_mode else "cpu"]
+        unlaunched = self._unlaunched(notes)
         return RankSummary(
             source=source,
             rank=rank_value,
@@ -372,12 +374,10 @@ class RankSummaryBuilder:
             collectives=collectives,
             collectives_dropped=dropped,
             collective_stats=self.collectives.stats(),
-            memory=MemoryStats(
-                peak_allocated_bytes=peaks[0] or None,
-                peak_reserved_bytes=peaks[1] or None,
-                allocation_event_count=self.memory_events,
-                allocation_events_per_step=round(self.memory_events / step_count, 2),
+            memory=self.memory.stats(
+                self._gpu_mode, header.device_properties, step_lookup(windows), step_count
             ),
+            unlaunched_gpu=unlaunched,
             host=HostStats(
                 launch_count=self.launches,
                 launch_gap_median_us=self.launch_gaps.median_us(),
@@ -392,6 +392,24 @@ class RankSummaryBuilder:
                 total_ms=round(self.data_loading[1] / 1e3, 4),
                 max_call_ms=round(self.data_loading[2] / 1e3, 4),
             ),
+        )
+
+    def _unlaunched(self, notes: list[str]) -> UnlaunchedGpuActivity | None:
+        """GPU activity without a CPU-side launch, with a note when there is any."""
+        if not self._gpu_mode:
+            return None
+        check = self.launch_links.check()
+        if check is None:
+            notes.append("too many scattered correlation ids: GPU launches were not checked")
+            return None
+        note = unlaunched_note(check)
+        if note is not None:
+            notes.append(note)
+        return UnlaunchedGpuActivity(
+            count=check.unlaunched,
+            time_ms=round(check.unlaunched_us / 1e3, 4),
+            gpu_event_count=check.gpu_events,
+            gpu_event_ms=round(check.gpu_us / 1e3, 4),
         )
 
     def _device_kind(

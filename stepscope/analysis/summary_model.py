@@ -10,7 +10,9 @@ default, or "step-timings" for summaries made from step timings alone);
 ``CollectiveRecord.source`` may also be ``"nccl_annotation"`` (``nccl:*`` CPU
 ranges, the last-resort source); ``DeviceSplit`` resolves overlaps compute >
 communication > memory (it said communication first), which is what HTA's
-temporal breakdown does.
+temporal breakdown does. Later: ``MemoryStats`` says the device's capacity and where
+its peaks happen; ``unlaunched_gpu`` counts GPU activity without a CPU-side launch;
+``counters`` carries NVML counter statistics (all optional).
 
 Units: durations are milliseconds (``*_ms``); timestamps are microseconds in the
 trace's own clock (``*_us``), exactly as Kineto wrote them, so ranks are aligned
@@ -62,6 +64,7 @@ from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field
 
+from stepscope.analysis.counter_model import CounterStats
 from stepscope.tiers import SummaryKind
 
 SCHEMA_VERSION = 1
@@ -247,12 +250,71 @@ class CollectiveStat(_Model):
 
 
 class MemoryStats(_Model):
-    """From ``[memory]`` instant events (recorded with ``profile_memory=True``)."""
+    """From ``[memory]`` instant events (recorded with ``profile_memory=True``) and the
+    trace's ``deviceProperties``; ``memory_peaks`` says how each is found.
+
+    ``peak_*_bytes`` are the largest totals on any device of the kind the breakdown
+    follows (GPU on GPU traces); the ``device_*`` fields, the steps and ops are those of
+    the device that came nearest its capacity."""
 
     peak_allocated_bytes: int | None = None
     peak_reserved_bytes: int | None = None
     allocation_event_count: int = 0
     allocation_events_per_step: float | None = None
+    device: int | None = Field(None, description="GPU index of the fullest device.")
+    capacity_bytes: int | None = Field(
+        None, description="That device's totalGlobalMem from deviceProperties."
+    )
+    device_peak_allocated_bytes: int | None = None
+    device_peak_reserved_bytes: int | None = None
+    peak_allocated_step: int | None = Field(None, description="Step holding the allocated peak.")
+    peak_allocated_op: str | None = Field(
+        None, description="Innermost CPU op around the allocated peak on the allocating thread."
+    )
+    peak_reserved_step: int | None = None
+    peak_reserved_op: str | None = None
+    ops_indexed: bool = Field(
+        False, description="Whether CPU ops were indexed, so the ops at the peaks could be found."
+    )
+
+    @computed_field
+    @property
+    def peak_reserved_pct_of_capacity(self) -> float | None:
+        if not self.capacity_bytes or not self.device_peak_reserved_bytes:
+            return None
+        return _percent(self.device_peak_reserved_bytes, self.capacity_bytes)
+
+    @computed_field
+    @property
+    def peak_allocated_pct_of_capacity(self) -> float | None:
+        if not self.capacity_bytes or not self.device_peak_allocated_bytes:
+            return None
+        return _percent(self.device_peak_allocated_bytes, self.capacity_bytes)
+
+    @computed_field
+    @property
+    def fragmentation_pct(self) -> float | None:
+        """Share of the reserved peak never allocated at once: (reserved - allocated) /
+        reserved at the peaks of the fullest device."""
+        reserved, allocated = self.device_peak_reserved_bytes, self.device_peak_allocated_bytes
+        if not reserved or allocated is None:
+            return None
+        return _percent(max(0, reserved - allocated), reserved)
+
+
+class UnlaunchedGpuActivity(_Model):
+    """GPU kernels and copies whose correlation id no CPU runtime call carries
+    (``launch_links``): they ran, and the GPU split counts them."""
+
+    count: int = 0
+    time_ms: float = 0.0
+    gpu_event_count: int = Field(0, description="All kernels, memcpys and memsets.")
+    gpu_event_ms: float = 0.0
+
+    @computed_field
+    @property
+    def time_pct(self) -> float:
+        return _percent(self.time_ms, self.gpu_event_ms)
 
 
 class HostStats(_Model):
@@ -319,3 +381,9 @@ class RankSummary(_Model):
     memory: MemoryStats = Field(default_factory=MemoryStats)
     host: HostStats = Field(default_factory=HostStats)
     data_loading: DataLoadingStats = Field(default_factory=DataLoadingStats)
+    unlaunched_gpu: UnlaunchedGpuActivity | None = Field(
+        None, description="GPU activity without a CPU-side launch; None when not checked."
+    )
+    counters: CounterStats | None = Field(
+        None, description="NVML counters sampled during the window (counters.json)."
+    )

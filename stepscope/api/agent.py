@@ -33,6 +33,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from stepscope.analysis.counter_model import CounterStats
 from stepscope.analysis.summary_model import RankSummary
 from stepscope.failures import MISSED_START, FailureCode
 from stepscope.tiers import TIERS, SummaryKind, Tier, tier_profile
@@ -350,6 +351,9 @@ class StepStatistics(WireModel):
     trace_not_summarised: str | None = Field(
         default=None,
         description="Set when the rank took a trace but it could not be summarised: why.",
+    )
+    counters: CounterStats | None = Field(
+        default=None, description="Statistics of the rank's NVML counters, when it has a GPU."
     )
 
 

@@ -35,6 +35,9 @@ class TraceInput(WireModel):
     name: str = Field(description="What to call the trace in notes (its s3:// URI).")
     get_url: str = Field(description="Presigned GET of rank-<r>/trace.json.gz.")
     reasons: list[str] = Field(default_factory=list)
+    counters_url: str | None = Field(
+        None, description="Presigned GET of rank-<r>/counters.json (NVML samples), if any."
+    )
 
 
 class AnalysisPlan(WireModel):

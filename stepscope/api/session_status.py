@@ -17,6 +17,7 @@ from typing import Literal, Self
 from pydantic import Field, model_validator
 
 from stepscope.api.base import ApiModel
+from stepscope.api.gpu_status import GpuCounters
 from stepscope.api.meta import MAX_CONDITIONS, Condition
 from stepscope.api.rank_ranges import describe_ranks
 from stepscope.api.text import BoundedText
@@ -401,6 +402,9 @@ class Summary(ApiModel):
         None,
         ge=0,
         description="Observed state. Measured slowdown of captured steps, percent.",
+    )
+    gpu: GpuCounters | None = Field(
+        None, description="Observed state. GPU counters (NVML) across ranks, when sampled."
     )
 
     @model_validator(mode="after")

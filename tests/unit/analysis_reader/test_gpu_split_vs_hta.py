@@ -58,3 +58,18 @@ def test_we_answer_where_hta_cannot(shared_traces, tmp_path, name):
     summary = summarize_rank(shared_traces / name, rank=3)
     assert summary.steps and summary.breakdown.total_ms > 0
     assert summary.collective_stats
+
+
+EXACT_PP = 0.05
+
+
+@pytest.mark.parametrize("name", AGREEING)
+def test_without_hta_rounding_the_splits_are_the_same(shared_traces, tmp_path, monkeypatch, name):
+    """HTA rounds nanosecond timestamps inward to whole microseconds (start up, end down),
+    which shortens every kernel by up to 2 us; that is the whole residual difference."""
+    monkeypatch.setenv("HTA_DISABLE_NS_ROUNDING", "1")
+    [hta] = hta_temporal_breakdown(shared_traces / name, tmp_path)
+    [ours] = summarize_rank(shared_traces / name).gpu
+    assert abs(ours.compute_pct - hta["compute_time_pctg"]) <= EXACT_PP
+    assert abs(ours.comm_pct + ours.memory_pct - hta["non_compute_time_pctg"]) <= EXACT_PP
+    assert abs(ours.idle_pct - hta["idle_time_pctg"]) <= EXACT_PP
