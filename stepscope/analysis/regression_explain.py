@@ -71,10 +71,13 @@ def _rank_collectives(rank: RankSummary) -> PerStep:
     return {c.name: (c.total_ms / _steps(rank), False) for c in rank.collective_stats}
 
 
-def _job_average(jobs: Sequence[JobSummary], read: Callable[[RankSummary], PerStep]) -> PerStep:
-    """Mean per step over every rank of every job; absent names take the rank's floor."""
-    tables = [read(rank) for job in jobs for rank in job.ranks]
-    names = {n for t in tables for n in t if n != "\0floor"}
+def _tables(jobs: Sequence[JobSummary], read: Callable[[RankSummary], PerStep]) -> list[PerStep]:
+    return [read(rank) for job in jobs for rank in job.ranks]
+
+
+def _average(tables: Sequence[PerStep], names: set[str]) -> PerStep:
+    """Mean per step over the ranks' tables; a name absent from a rank's cut list takes
+    that rank's floor (a bound), absent from an uncut one 0."""
     result: PerStep = {}
     for name in names:
         values, bound = [], False
@@ -172,13 +175,13 @@ def explain(after: JobSummary, before: Sequence[JobSummary], verdict: str) -> Ex
         for field, label in CATEGORY_NAMES.items()
     ]
     readers = (("op", _rank_ops), ("kernel", _rank_kernels), ("collective", _rank_collectives))
-    named = [
-        cause
-        for kind, read in readers
-        for cause in _named_causes(
-            kind, _job_average(before, read), _job_average([after], read), step_ms
+    named = []
+    for kind, read in readers:
+        old_tables, new_tables = _tables(before, read), _tables([after], read)
+        names = {n for t in (*old_tables, *new_tables) for n in t if n != "\0floor"}
+        named += _named_causes(
+            kind, _average(old_tables, names), _average(new_tables, names), step_ms
         )
-    ]
     named += _node_causes(after, before, step_ms)
     direction = {"regression": 1.0, "improvement": -1.0}.get(verdict)
 

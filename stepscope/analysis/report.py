@@ -98,8 +98,9 @@ def _rank_table(job: JobSummary) -> str:
     return f"<table>{header}{''.join(rows)}</table>"
 
 
-def render_report(job: JobSummary) -> str:
-    """The whole report page as an HTML string."""
+def render_report(job: JobSummary, extra_section: str = "") -> str:
+    """The whole report page as an HTML string; `extra_section` (trusted HTML, e.g. the
+    comparison `stepscope diff` makes) goes right after the facts."""
     findings = (
         "".join(_finding(f) for f in job.findings) or "<p>No findings: nothing stands out.</p>"
     )
@@ -107,7 +108,7 @@ def render_report(job: JobSummary) -> str:
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>stepscope report: {job.world_size} ranks</title><style>{STYLE}</style></head>"
-        f"<body><h1>stepscope report: {job.world_size} rank(s)</h1>{_facts(job)}"
+        f"<body><h1>stepscope report: {job.world_size} rank(s)</h1>{_facts(job)}{extra_section}"
         f"<h2>Findings</h2>{findings}"
         f"<h2>Where the step goes, per rank</h2>{breakdown_per_rank(job)}"
         f"<h2>Step time per rank</h2>{step_times(job)}"
