@@ -34,6 +34,9 @@ from stepscope.analysis.summary_model import TOP_N, Breakdown, OpStat, RankSumma
 
 MIN_CAUSE_PCT = 1.0
 MAX_CAUSES = 5
+# An Event's message, and what a name takes of it.
+HEADLINE_MAX_LENGTH = 300
+NAME_MAX_LENGTH = 60
 CATEGORY_NAMES = {
     "compute_ms": "compute",
     "comm_exposed_ms": "exposed communication",
@@ -209,7 +212,8 @@ def explain(after: JobSummary, before: Sequence[JobSummary], verdict: str) -> Ex
 
 def describe(cause: Cause) -> str:
     before = ("≤" if cause.before_is_bound else "") + f"{cause.before_ms:.1f}"
-    text = f"{cause.name} {before} → {cause.after_ms:.1f} ms/step ({cause.delta_ms:+.1f})"
+    name = cause.name if len(cause.name) <= NAME_MAX_LENGTH else cause.name[:NAME_MAX_LENGTH] + "…"
+    text = f"{name} {before} → {cause.after_ms:.1f} ms/step ({cause.delta_ms:+.1f})"
     if cause.kind in ("straggler", "slow_node"):
         text = f"{cause.kind.replace('_', ' ')} {text}"
     return text + (f", {cause.share_pct:.0f}% of the change" if cause.share_pct is not None else "")
@@ -221,14 +225,14 @@ def verdict_phrase(comparison: Comparison) -> str:
         return f"inconclusive ({comparison.reason})"
     c = comparison
     detail = (
-        f"{c.delta_pct:+.1f}%, 95% CI {c.ci_low_pct:+.1f}..{c.ci_high_pct:+.1f}%, "
-        f"p={c.p_value:.2g}, noise band {c.noise_band_pct:.1f}%"
+        f"95% CI {c.ci_low_pct:+.1f}..{c.ci_high_pct:+.1f}%, p={c.p_value:.2g}, "
+        f"noise band {c.noise_band_pct:.1f}%"
     )
-    if comparison.verdict == "regression":
-        return f"slower by {comparison.delta_pct:.1f}% ({detail})"
-    if comparison.verdict == "improvement":
-        return f"faster by {-comparison.delta_pct:.1f}% ({detail})"
-    return f"no significant change ({detail})"
+    if c.verdict == "regression":
+        return f"slower by {c.delta_pct:.1f}% ({detail})"
+    if c.verdict == "improvement":
+        return f"faster by {-c.delta_pct:.1f}% ({detail})"
+    return f"no significant change ({c.delta_pct:+.1f}%, {detail})"
 
 
 def headline(comparison: Comparison, explanation: Explanation | None) -> str:
@@ -236,7 +240,7 @@ def headline(comparison: Comparison, explanation: Explanation | None) -> str:
     line = verdict_phrase(comparison)
     if explanation and explanation.causes:
         line += ": " + "; ".join(describe(c) for c in explanation.causes[:2])
-    return line
+    return line[:HEADLINE_MAX_LENGTH]
 
 
 def compare_jobs(

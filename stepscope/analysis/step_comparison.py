@@ -221,7 +221,7 @@ def compare_sessions(
         delta_pct=round(delta, 2),
         ci_low_pct=round(low, 2),
         ci_high_pct=round(high, 2),
-        p_value=round(p_value, 6),
+        p_value=float(f"{p_value:.3g}"),
         noise_band_pct=round(band, 2),
         threshold_pct=threshold_pct,
         block_steps=block,
