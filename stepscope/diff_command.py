@@ -24,13 +24,15 @@ import tempfile
 import urllib.request
 from html import escape
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
 from stepscope.analysis.job_model import JobSummary
-from stepscope.analysis.regression_explain import compare_jobs, verdict_phrase
-from stepscope.analysis.step_comparison import Cause, Comparison
 from stepscope.storage import SessionArtifact
+
+if TYPE_CHECKING:
+    from stepscope.analysis.step_comparison import Cause, Comparison
 
 DEFAULT_THRESHOLD_PCT = 5.0
 # A summary.json is a few hundred KB at most; refuse anything far larger before parsing it.
@@ -104,6 +106,8 @@ def load_job(spec: str, work_dir: Path) -> JobSummary:
 
 
 def verdict_line(comparison: Comparison) -> str:
+    from stepscope.analysis.regression_explain import verdict_phrase
+
     return "verdict: " + verdict_phrase(comparison)
 
 
@@ -168,6 +172,10 @@ def diff_section(comparison: Comparison, a: str, b: str) -> str:
 
 
 def run_diff(a: str, b: str, out_dir: Path, threshold_pct: float) -> Comparison:
+    # numpy and scipy are imported only here: `stepscope analyze` (and the sidecar, which
+    # imports the CLI's modules under a tight address-space limit) never needs them.
+    from stepscope.analysis.regression_explain import compare_jobs
+
     out_dir.mkdir(parents=True, exist_ok=True)
     before = load_job(a, out_dir / "a")
     after = load_job(b, out_dir / "b")
