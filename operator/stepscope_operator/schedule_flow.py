@@ -94,7 +94,7 @@ async def judge_new_sessions(
         if session["metadata"]["name"] in judged:
             continue
         comparison = await judge_session(
-            ctx, session, kept[index + 1 :], spec.regression.threshold_pct, name
+            ctx, session, kept[index + 1 :], spec.regression.threshold_pct
         )
         if comparison is not None and comparison.delta_pct is not None:
             LAST_STEP_TIME_DELTA.labels(namespace, name).set(comparison.delta_pct)

@@ -26,6 +26,7 @@ __all__ = [
     "operator_env",
     "raw_trace_imports",
     "rbac_denials",
+    "patch_status",
     "write_session_status",
 ]
 
@@ -60,19 +61,27 @@ def raw_trace_imports(process: OperatorProcess) -> list[str]:
     return import_audit.forbidden_imports(Path(process.env[import_audit.AUDIT_FILE_ENV]))
 
 
-def write_session_status(local_cluster, namespace: str, name: str, status: Any) -> None:
-    """Write a ProfileSessionStatus through the status subresource, as the operator does."""
-    local_cluster.kubectl(
+def patch_status(
+    local_cluster, kind: str, namespace: str, name: str, status: dict[str, Any], check: bool = True
+) -> Any:
+    """Merge `status` into an object through its status subresource; the kubectl result."""
+    return local_cluster.kubectl(
         "patch",
-        "profilesession",
+        kind,
         name,
         "-n",
         namespace,
         "--subresource=status",
         "--type=merge",
         "-p",
-        json.dumps({"status": status.to_wire()}),
+        json.dumps({"status": status}),
+        check=check,
     )
+
+
+def write_session_status(local_cluster, namespace: str, name: str, status: Any) -> None:
+    """Write a ProfileSessionStatus through the status subresource, as the operator does."""
+    patch_status(local_cluster, "profilesession", namespace, name, status.to_wire())
 
 
 def get_session(local_cluster, namespace: str, name: str) -> dict[str, Any] | None:

@@ -7,7 +7,7 @@ import time
 from datetime import UTC, datetime
 
 import pytest
-from support.operator_helpers import write_session_status
+from support.operator_helpers import patch_status, write_session_status
 
 from stepscope.api import (
     ProfileSchedule,
@@ -182,18 +182,12 @@ def test_status_write_leaves_generation_and_spec_write_bumps_it(crds_installed, 
 
 def test_status_outside_the_schema_is_refused(crds_installed, namespace) -> None:
     create_session(crds_installed, namespace, "bad-status")
-    result = crds_installed.kubectl(
-        "patch",
+    result = patch_status(
+        crds_installed,
         "profilesession",
-        "bad-status",
-        "-n",
         namespace,
-        "--subresource=status",
-        "--type=merge",
-        "-p",
-        json.dumps(
-            {"status": {"phase": "Done", "ranks": {"missing": [{"rank": r} for r in range(11)]}}}
-        ),
+        "bad-status",
+        {"phase": "Done", "ranks": {"missing": [{"rank": r} for r in range(11)]}},
         check=False,
     )
     assert result.returncode != 0
@@ -269,17 +263,7 @@ def test_schedule_status_round_trips(crds_installed, namespace) -> None:
             ],
         }
     )
-    crds_installed.kubectl(
-        "patch",
-        "profileschedule",
-        "nightly",
-        "-n",
-        namespace,
-        "--subresource=status",
-        "--type=merge",
-        "-p",
-        json.dumps({"status": status.to_wire()}),
-    )
+    patch_status(crds_installed, "profileschedule", namespace, "nightly", status.to_wire())
     stored = json.loads(
         crds_installed.kubectl("get", "psched", "nightly", "-n", namespace, "-o", "json").stdout
     )
@@ -312,17 +296,8 @@ def test_a_long_upload_error_is_clipped_and_the_server_accepts_it(crds_installed
     # The server itself holds the field to the same length: unclipped, it is refused.
     raw = status.to_wire()
     raw["ranks"]["failed"][0]["reason"] = reason
-    refused = crds_installed.kubectl(
-        "patch",
-        "profilesession",
-        "long-reason",
-        "-n",
-        namespace,
-        "--subresource=status",
-        "--type=merge",
-        "-p",
-        json.dumps({"status": raw}),
-        check=False,
+    refused = patch_status(
+        crds_installed, "profilesession", namespace, "long-reason", raw, check=False
     )
     assert refused.returncode != 0
     assert "status.ranks.failed[0].reason" in refused.stderr and "128" in refused.stderr
