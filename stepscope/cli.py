@@ -1,4 +1,4 @@
-"""The `stepscope` command: `analyze` traces, read a session's `artifacts`, `dev` for the harness.
+"""The `stepscope` command: `analyze` traces, `diff` two runs, read a session's `artifacts`, `dev`.
 
 A thin layer: it finds the traces, summarises them one at a time with
 `summarize_rank`, merges with `merge_ranks` and writes what `render_report` and
@@ -23,6 +23,7 @@ from stepscope.analysis.summary import summarize_rank
 from stepscope.analysis.summary_model import Breakdown, RankSummary
 from stepscope.analysis.trace_sources import TraceSource, find_sources
 from stepscope.artifacts_command import add_artifacts_command
+from stepscope.diff_command import add_diff_command
 from stepscope.storage import SessionArtifact
 
 TOP_FINDINGS = 5
@@ -196,6 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     analyze_cmd.set_defaults(handler=cmd_analyze)
     add_artifacts_command(commands)
+    add_diff_command(commands)
     # Only listed here for --help; main() hands `dev ...` over before parsing.
     commands.add_parser("dev", help="local control plane for tests and the demo", add_help=False)
     return parser

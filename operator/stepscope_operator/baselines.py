@@ -1,27 +1,54 @@
-"""Baselines: step times of earlier sessions, read from their summary.json in S3, and the
-verdict of comparing a session with them (spec.baseline.sessionRef, or a schedule's rolling
-baseline). The statistics are in `comparing`; this module only fetches and records."""
+"""Baselines: earlier sessions' summary.json read from S3, and the verdict of comparing a
+session with them (spec.baseline.sessionRef, or a schedule's rolling baseline of its last
+good sessions). The statistics are in stepscope.analysis.step_comparison; this module only
+fetches and records."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
+from pydantic import ValidationError
+
 from stepscope.analysis.job_model import JobSummary
-from stepscope.api.session_status import BaselineComparison
 from stepscope.storage import SessionArtifact
-from stepscope_operator.comparing import Comparison, compare_step_times, step_times
+from stepscope_operator.comparing import (
+    MIN_BASELINE_SESSIONS,
+    Comparison,
+    compare_jobs,
+    inconclusive,
+    status_record,
+)
 from stepscope_operator.context import OperatorContext, SessionView
-from stepscope_operator.scheduling import baseline_medians
+
+log = logging.getLogger(__name__)
+
+# A schedule's rolling baseline: its newest good sessions, at most this many.
+DEFAULT_BASELINE_SESSIONS = 5
+# A session compared with one named baseline uses the schedules' default threshold.
+BASELINE_THRESHOLD_PCT = 5.0
 
 
-def _load_step_times(ctx: OperatorContext, session: dict[str, Any]) -> list[float]:
+def _load_job(ctx: OperatorContext, session: dict[str, Any]) -> JobSummary | None:
+    """The session's summary.json, or None when it has none or it does not load."""
     uri = ((session.get("status") or {}).get("artifacts") or {}).get("uri")
-    if not uri:
-        return []
+    if not uri or not uri.startswith("s3://") or uri.count("/") < 3:
+        return None
     prefix = uri.split("/", 3)[3]
     raw = ctx.buckets.get_bytes(prefix + SessionArtifact.SUMMARY.value)
-    return step_times(JobSummary.model_validate_json(raw)) if raw else []
+    if not raw:
+        return None
+    try:
+        return JobSummary.model_validate_json(raw)
+    except ValidationError as error:
+        name = session["metadata"]["name"]
+        log.warning("summary.json of %s does not load, left out of the baseline: %s", name, error)
+        return None
+
+
+def _succeeded(session: dict[str, Any]) -> bool:
+    return (session.get("status") or {}).get("phase") == "Succeeded"
 
 
 async def judge_session(
@@ -29,76 +56,61 @@ async def judge_session(
     session: dict[str, Any],
     baseline: list[dict[str, Any]],
     threshold_pct: float,
+    schedule_name: str,
+    *,
+    window: int = DEFAULT_BASELINE_SESSIONS,
 ) -> Comparison | None:
-    """Compare one finished session with the baseline sessions before it; record the
-    verdict in the session's status.baselineComparison."""
-    # Only complete sessions are a fair reference: a partial one misses ranks.
-    baseline = [b for b in baseline if (b.get("status") or {}).get("phase") == "Succeeded"]
-    if not baseline or (session.get("status") or {}).get("phase") != "Succeeded":
+    """Compare one finished session of schedule `schedule_name` with the newest `window`
+    good sessions of `baseline` (newest first; good: Succeeded with a readable summary) and
+    record the verdict in the session's status.baselineComparison. None when the session
+    itself did not succeed; too few good sessions give an inconclusive verdict that says so."""
+    if not _succeeded(session):
         return None
-    current = await asyncio.to_thread(_load_step_times, ctx, session)
-    reference: list[float] = []
+    name = session["metadata"]["name"]
+    current = await asyncio.to_thread(_load_job, ctx, session)
+    # Only complete sessions are a fair reference: a partial one misses ranks.
+    good: list[tuple[str, JobSummary]] = []
     for earlier in baseline:
-        reference += await asyncio.to_thread(_load_step_times, ctx, earlier)
-    comparison = compare_step_times(current, reference, threshold_pct, baseline_medians(baseline))
-    record = BaselineComparison(
-        session=_newest(baseline)["metadata"]["name"],
-        baseline_sessions=len(baseline),
-        step_time_delta_pct=comparison.delta_pct,
-        verdict=comparison.verdict,
-        p_value=comparison.p_value,
-        reason=comparison.reason,
-    )
+        if len(good) == window:
+            break
+        job = await asyncio.to_thread(_load_job, ctx, earlier) if _succeeded(earlier) else None
+        if job is not None:
+            good.append((earlier["metadata"]["name"], job))
+    if current is None:
+        comparison = inconclusive(
+            f"session {name} has no readable summary.json",
+            threshold_pct,
+            name,
+            [n for n, _ in good],
+        )
+    else:
+        comparison = compare_jobs((name, current), good, threshold_pct, MIN_BASELINE_SESSIONS)
+    log.info("schedule %s, session %s: %s", schedule_name, name, comparison.headline)
     meta = session["metadata"]
     await ctx.kube.patch_session_status(
-        meta["namespace"], meta["name"], {"baselineComparison": record.to_wire()}
+        meta["namespace"], meta["name"], {"baselineComparison": status_record(comparison).to_wire()}
     )
     return comparison
 
 
-# A session compared with one named baseline uses the schedules' default threshold.
-BASELINE_THRESHOLD_PCT = 5.0
-
-
 async def compare_with_baseline(
-    ctx: OperatorContext, view: SessionView, job: Any
-) -> BaselineComparison | None:
-    """spec.baseline.sessionRef: compare this session's step times with that session's."""
+    ctx: OperatorContext, view: SessionView, job: JobSummary
+) -> Comparison | None:
+    """spec.baseline.sessionRef: compare this session with that one session. None when the
+    spec names no baseline; a missing or unfinished baseline is inconclusive with the reason."""
     if view.spec.baseline is None:
         return None
     ref = view.spec.baseline.session_ref
     other = await ctx.kube.get_session(view.namespace, ref)
-    uri = (((other or {}).get("status") or {}).get("artifacts") or {}).get("uri")
-    raw = None
-    if uri:
-        prefix = uri.split("/", 3)[3]
-        raw = await asyncio.to_thread(ctx.buckets.get_bytes, prefix + SessionArtifact.SUMMARY.value)
-    if raw is None:
-        # Nothing was measured, so no number is reported: only why.
-        return BaselineComparison(
-            session=ref,
-            baseline_sessions=1,
-            verdict="inconclusive",
-            reason=_missing_summary_reason(ref, other),
-        )
-    baseline = step_times(JobSummary.model_validate_json(raw))
-    result = compare_step_times(step_times(job), baseline, BASELINE_THRESHOLD_PCT)
-    return BaselineComparison(
-        session=ref,
-        baseline_sessions=1,
-        step_time_delta_pct=result.delta_pct,
-        verdict=result.verdict,
-        p_value=result.p_value,
-        reason=result.reason,
-    )
-
-
-def _newest(sessions: list[dict[str, Any]]) -> dict[str, Any]:
-    return max(sessions, key=lambda s: s["metadata"].get("creationTimestamp") or "")
-
-
-def _missing_summary_reason(ref: str, other: dict[str, Any] | None) -> str:
     if other is None:
-        return f"baseline session {ref!r} does not exist in this namespace"
-    phase = (other.get("status") or {}).get("phase") or "Pending"
-    return f"baseline session {ref!r} has no stored summary (phase {phase})"
+        reason = f"baseline session {ref} not found in namespace {view.namespace}"
+        return inconclusive(reason, BASELINE_THRESHOLD_PCT, view.name, [ref])
+    if not _succeeded(other):
+        phase = (other.get("status") or {}).get("phase") or "no phase yet"
+        reason = f"baseline session {ref} is {phase}; only a Succeeded session is a baseline"
+        return inconclusive(reason, BASELINE_THRESHOLD_PCT, view.name, [ref])
+    baseline = await asyncio.to_thread(_load_job, ctx, other)
+    if baseline is None:
+        reason = f"baseline session {ref} has no readable summary.json (expired artifacts?)"
+        return inconclusive(reason, BASELINE_THRESHOLD_PCT, view.name, [ref])
+    return compare_jobs((view.name, job), [(ref, baseline)], BASELINE_THRESHOLD_PCT, 1)

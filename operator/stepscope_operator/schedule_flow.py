@@ -108,11 +108,7 @@ async def judge_new_sessions(
             step_time_delta_pct=comparison.delta_pct,
             p_value=comparison.p_value,
         )
-        message = (
-            f"session {session_name}: median step time {comparison.delta_pct:+.1f}% against "
-            f"the rolling baseline (p={comparison.p_value:.2g}, noise band "
-            f"{comparison.noise_band_pct:.1f}%, threshold {spec.regression.threshold_pct}%)"
-        )
+        message = f"session {session_name}: {comparison.headline}"
         await ctx.kube.post_event(body, "Warning", Reason.REGRESSION, message)
         await ctx.kube.post_event(session, "Warning", Reason.REGRESSION, message)
         notes.append(message)

@@ -27,6 +27,7 @@ from stepscope_operator.collecting import (
     publish_artifacts,
     write_job_summary,
 )
+from stepscope_operator.comparing import status_record
 from stepscope_operator.context import (
     OperatorContext,
     PersistedPlan,
@@ -441,7 +442,7 @@ async def collect_and_analyze(
         + ((rendered.condition,) if rendered.condition else ()),
         summary=summary,
         artifacts=artifacts,
-        **({"baseline_comparison": comparison} if comparison else {}),
+        **({"baseline_comparison": status_record(comparison)} if comparison else {}),
     )
 
 

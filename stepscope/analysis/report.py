@@ -160,12 +160,14 @@ def render_report(
     job: JobSummary,
     merged: Mapping[int, Sequence[str]] | None = None,
     merged_selection: str = "",
+    extra_section: str = "",
 ) -> str:
     """The whole report page as an HTML string.
 
     `merged` maps the ranks whose full traces are in the merged trace to why they were
     chosen, and `merged_selection` is the selection's one-line description; the analysis
-    Job knows both from its plan."""
+    Job knows both from its plan. `extra_section` (trusted HTML, e.g. the comparison
+    `stepscope diff` makes) goes right after the facts."""
     context = ReportContext(job, merged=merged, merged_selection=merged_selection)
     body = []
     for section in SECTIONS:
@@ -177,7 +179,7 @@ def render_report(
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>stepscope report: {job.world_size} ranks</title><style>{STYLE}</style></head>"
-        f"<body><h1>stepscope report: {job.world_size} rank(s)</h1>{_facts(job)}"
+        f"<body><h1>stepscope report: {job.world_size} rank(s)</h1>{_facts(job)}{extra_section}"
         + "".join(body)
         + "</body></html>\n"
     )

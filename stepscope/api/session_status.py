@@ -36,6 +36,8 @@ TARGET_MAX_LENGTH = 300
 # A compact rank listing ("ranks 17-19, 512 (4 of 1024) missing: pods ...") lists at most
 # MAX_LISTED_RANGES ranges of ranks and of pods, which fits here with long pod names.
 RANK_RANGES_MAX_LENGTH = 1024
+MAX_BASELINE_SESSIONS_LISTED = 10
+COMPARISON_TEXT_MAX_LENGTH = 1024
 
 
 class Phase(StrEnum):
@@ -414,23 +416,39 @@ class Summary(ApiModel):
         return self
 
 
-COMPARISON_REASON_MAX_LENGTH = 256
-
-
 class BaselineComparison(ApiModel):
-    """This session against spec.baseline.sessionRef (or a schedule's rolling baseline)."""
+    """This session against spec.baseline.sessionRef (or a schedule's rolling baseline).
+
+    Numbers are absent when they were not measured (an inconclusive comparison says why in
+    `reason`); the statistics are described in stepscope/analysis/step_comparison.py."""
 
     session: BoundedText(POD_NAME_MAX_LENGTH) = Field(
-        description="Observed state. The baseline session (the newest one, for a rolling baseline)."
+        description="Observed state. The baseline session (the newest one of a rolling baseline)."
     )
-    baseline_sessions: int | None = Field(
-        None, ge=1, description="Observed state. How many sessions the baseline pooled."
+    baseline_sessions: list[BoundedText(POD_NAME_MAX_LENGTH)] = Field(
+        default_factory=list,
+        max_length=MAX_BASELINE_SESSIONS_LISTED,
+        description="Observed state. Every session of the baseline, newest first (at most 10).",
     )
     step_time_delta_pct: float | None = Field(
         None,
         description=(
-            "Observed state. Median step time change, percent; positive is slower. "
-            "Absent when nothing was measured."
+            "Observed state. Median step time change, percent; positive is slower. Absent "
+            "when not measured."
+        ),
+    )
+    ci_low_pct: float | None = Field(
+        None, description="Observed state. Lower end of the change's 95% confidence interval."
+    )
+    ci_high_pct: float | None = Field(
+        None, description="Observed state. Upper end of the change's 95% confidence interval."
+    )
+    noise_band_pct: float | None = Field(
+        None,
+        ge=0,
+        description=(
+            "Observed state. Changes inside this band (the baseline sessions' spread, at "
+            "least the threshold) are not reported."
         ),
     )
     verdict: Verdict = Field(
@@ -439,8 +457,12 @@ class BaselineComparison(ApiModel):
     p_value: float | None = Field(
         None, ge=0, le=1, description="Observed state. p-value of the step-time test."
     )
-    reason: BoundedText(COMPARISON_REASON_MAX_LENGTH) | None = Field(
-        None, description="Observed state. Why the verdict is inconclusive."
+    reason: BoundedText(COMPARISON_TEXT_MAX_LENGTH) | None = Field(
+        None, description="Observed state. Why the comparison is inconclusive."
+    )
+    explanation: BoundedText(COMPARISON_TEXT_MAX_LENGTH) | None = Field(
+        None,
+        description="Observed state. What changed: the verdict, then the largest causes.",
     )
 
 

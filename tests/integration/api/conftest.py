@@ -43,7 +43,8 @@ def _established(cluster, name: str) -> bool:
     found = cluster.kubectl("get", "crd", name, "-o", "json", check=False)
     if found.returncode != 0:
         return False
-    conditions = json.loads(found.stdout).get("status", {}).get("conditions", [])
+    # A CRD just created can report "conditions: null" before the server fills them in.
+    conditions = (json.loads(found.stdout).get("status") or {}).get("conditions") or []
     return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
 
 

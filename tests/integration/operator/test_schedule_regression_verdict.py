@@ -1,0 +1,138 @@
+"""A schedule's regression verdict against the real API server, S3 and operator process.
+
+Four finished sessions of one schedule exist before the operator starts, each with its
+summary.json in S3: three with the same step times, the newest with 15 ms more compute per
+step. The operator judges each against the good sessions before it: the first three are
+inconclusive (the baseline is too small, and says so, with no number), the newest is a
+regression whose explanation names compute, its baseline names the three real sessions,
+and a Regression Event carries the explanation's first line.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from support import wait_until
+from support.operator_helpers import audited_operator, operator_env, raw_trace_imports
+from support.synthetic_jobs import job_summary
+
+pytestmark = pytest.mark.integration
+
+SCHEDULE = "nightly"
+NAMES = ["nightly-1", "nightly-2", "nightly-3", "nightly-4"]
+
+
+def _create_finished_session(local_cluster, namespace: str, name: str, job) -> None:
+    local_cluster.kubectl(
+        "apply",
+        "-f",
+        "-",
+        input=json.dumps(
+            {
+                "apiVersion": "stepscope.dev/v1alpha1",
+                "kind": "ProfileSession",
+                "metadata": {
+                    "name": name,
+                    "namespace": namespace,
+                    "labels": {"stepscope.dev/schedule": SCHEDULE},
+                },
+                "spec": {"target": {"podSelector": {"matchLabels": {"app": "nobody"}}}},
+            }
+        ),
+    )
+    prefix = f"stepscope/{namespace}/{name}/uid-{name}/"
+    local_cluster.s3_client().put_object(
+        Bucket=local_cluster.s3_bucket,
+        Key=prefix + "summary.json",
+        Body=job.model_dump_json().encode(),
+    )
+    status = {
+        "phase": "Succeeded",
+        "summary": {"stepTimeMs": {"p50": job.median_step_ms, "p95": job.median_step_ms}},
+        "artifacts": {"uri": f"s3://{local_cluster.s3_bucket}/{prefix}"},
+    }
+    local_cluster.kubectl(
+        "patch",
+        "profilesession",
+        name,
+        "-n",
+        namespace,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        json.dumps({"status": status}),
+    )
+
+
+def _comparison(local_cluster, namespace: str, name: str) -> dict | None:
+    result = local_cluster.kubectl("get", "profilesession", name, "-n", namespace, "-o", "json")
+    return (json.loads(result.stdout).get("status") or {}).get("baselineComparison")
+
+
+def test_a_slower_scheduled_session_is_a_regression_that_names_compute(
+    local_cluster, session_crds, namespace, tmp_path
+):
+    schedule = {
+        "apiVersion": "stepscope.dev/v1alpha1",
+        "kind": "ProfileSchedule",
+        "metadata": {"name": SCHEDULE, "namespace": namespace},
+        "spec": {
+            "schedule": "0 0 1 1 *",
+            "suspend": True,
+            "historyLimit": 10,
+            "sessionTemplate": {"target": {"podSelector": {"matchLabels": {"app": "nobody"}}}},
+        },
+    }
+    local_cluster.kubectl("apply", "-f", "-", input=json.dumps(schedule))
+    jobs = [job_summary(seed) for seed in (1, 2, 3)] + [job_summary(4, compute=75.0)]
+    for name, job in zip(NAMES, jobs, strict=True):
+        _create_finished_session(local_cluster, namespace, name, job)
+        # The schedule orders its sessions by creationTimestamp, which has whole seconds.
+        time.sleep(1.1)
+
+    process = audited_operator(
+        operator_env(local_cluster, STEPSCOPE_WATCH_NAMESPACE=namespace),
+        tmp_path / "operator.log",
+    )
+    process.start()
+    try:
+        newest = wait_until(
+            lambda: _comparison(local_cluster, namespace, NAMES[-1]),
+            120,
+            "the newest session's baselineComparison",
+            interval=1,
+        )
+        earlier = [_comparison(local_cluster, namespace, name) for name in NAMES[:-1]]
+        events = json.loads(
+            local_cluster.kubectl(
+                "get",
+                "events",
+                "-n",
+                namespace,
+                f"--field-selector=involvedObject.name={SCHEDULE}",
+                "-o",
+                "json",
+            ).stdout
+        )["items"]
+    finally:
+        process.stop()
+        print(process.logs()[-6000:])
+    assert raw_trace_imports(process) == []
+
+    for count, comparison in enumerate(earlier):
+        assert comparison["verdict"] == "inconclusive"
+        plural = "" if count == 1 else "s"
+        assert comparison["reason"] == f"baseline has {count} good session{plural}; 3 needed"
+        assert "stepTimeDeltaPct" not in comparison and "pValue" not in comparison
+
+    assert newest["verdict"] == "regression", newest
+    assert newest["session"] == NAMES[-2]
+    assert newest["baselineSessions"] == [NAMES[2], NAMES[1], NAMES[0]]
+    assert 10 < newest["stepTimeDeltaPct"] < 25 and newest["ciLowPct"] > 0
+    assert newest["explanation"].startswith("slower by") and "compute" in newest["explanation"]
+    regression = [e for e in events if e["reason"] == "Regression"]
+    assert len(regression) == 1
+    assert regression[0]["message"].startswith(f"session {NAMES[-1]}: slower by")
+    assert "compute" in regression[0]["message"]
