@@ -182,6 +182,25 @@ def start_sidecar(tmp_path, local_cluster):
         sidecar.stop()
 
 
+@pytest.fixture
+def start_storageless_sidecar(tmp_path):
+    """Like start_sidecar, for tests that upload nothing: no control plane or S3 needed
+    (the storage endpoint is a closed loopback port no grant may point elsewhere than)."""
+    started: list[Sidecar] = []
+
+    def start(name: str = "pod-0", *, namespace: str = "team-a") -> Sidecar:
+        directory = tmp_path / name
+        directory.mkdir()
+        log = tmp_path / f"{name}.log"
+        sidecar = Sidecar(directory, free_port(), log, namespace, "http://127.0.0.1:9")
+        started.append(sidecar.start())
+        return sidecar
+
+    yield start
+    for sidecar in started:
+        sidecar.stop()
+
+
 @dataclass
 class Trainers:
     """torchrun launches, one per pod, joined into one DDP job."""
