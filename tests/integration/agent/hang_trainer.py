@@ -6,7 +6,9 @@ misbehave at step ``--fault-step``:
 - ``block``: its data loading waits for a file that is never created (the others wait
   for it inside the all-reduce);
 - ``extra``: it issues one extra collective (a broadcast) before the all-reduce;
-- ``shape``: it all-reduces half of the gradients (a smaller tensor than the others).
+- ``shape``: its all-reduce of the step's four loss statistics carries only two. (gloo
+  aborts on most size mismatches, "Received data size doesn't match expected size"; this
+  one, a small tensor half the size, it leaves hanging, as NCCL would.)
 
 It knows nothing of stepscope: the hook on PYTHONPATH counts its optimizer steps.
 """
@@ -22,7 +24,7 @@ import torch.distributed as dist
 def load_batch(step: int, args, rank: int) -> torch.Tensor:
     if args.fault == "block" and rank == args.fault_rank and step == args.fault_step:
         while not args.block_file.exists():
-            time.sleep(0.1)  # line 25: the blocking line the diagnosis names
+            time.sleep(0.1)  # the blocking line the diagnosis names
     return torch.randn(16, 32)
 
 
@@ -45,14 +47,17 @@ def main() -> None:
     for step in range(args.steps):
         batch = load_batch(step, args, rank)
         optimizer.zero_grad()
-        model(batch).square().mean().backward()
+        loss = model(batch).square().mean()
+        loss.backward()
         grads = torch.cat([p.grad.flatten() for p in model.parameters()])
         faulty = rank == args.fault_rank and step == args.fault_step
         if faulty and args.fault == "extra":
             dist.broadcast(grads, src=rank)
-        if faulty and args.fault == "shape":
-            grads = grads[: grads.numel() // 2].clone()
         dist.all_reduce(grads)
+        stats = torch.stack([loss.detach(), grads.norm(), grads.min(), grads.max()])
+        if faulty and args.fault == "shape":
+            stats = stats[:2].clone()
+        dist.all_reduce(stats)
         time.sleep(args.step_sleep)
         optimizer.step()
     dist.barrier()
