@@ -98,25 +98,25 @@ def _frame(frame: traceback.FrameSummary) -> dict:
 
 
 def _collectives(notes: list[str]) -> tuple[list[dict], list[dict], bool]:
-    """(groups, collectives, whether the flight recorder was read)."""
+    """(groups, collectives, whether a flight recorder was read). gloo and NCCL record
+    into separate recorders; both are read, so a job with groups of each shows all."""
     groups = _groups(notes)
-    try:
-        from torch._C._distributed_c10d import _dump_fr_trace_json
-    except ImportError:
-        notes.append("this torch has no flight recorder dump (_dump_fr_trace_json)")
+    raws = _recorders(notes)
+    if not raws:
         return groups, [], False
-    try:
-        raw = json.loads(_dump_fr_trace_json(includeCollectives=True))
-    except Exception as error:  # noqa: BLE001 - torch raises RuntimeError and others here
-        notes.append(_clip(f"flight recorder not readable: {error!r}", NOTE_MAX_LENGTH))
-        return groups, [], False
-    entries = [e for e in raw.get("entries") or [] if isinstance(e, dict) and not e.get("is_p2p")]
-    if not entries and not raw.get("pg_status"):
+    entries = [
+        e
+        for raw in raws
+        for e in raw.get("entries") or []
+        if isinstance(e, dict) and not e.get("is_p2p")
+    ]
+    if not entries and not any(raw.get("pg_status") for raw in raws):
         notes.append(
             "the flight recorder holds no collectives (TORCH_FR_BUFFER_SIZE unset or 0 when "
             "the process group was created?)"
         )
-    _merge_group_status(groups, raw.get("pg_status") or {}, raw.get("pg_config") or {})
+    for raw in raws:
+        _merge_group_status(groups, raw.get("pg_status") or {})
     by_group: dict[str, list[dict]] = {}
     for entry in entries:
         group = entry.get("process_group") or ["?"]
@@ -128,6 +128,34 @@ def _collectives(notes: list[str]) -> tuple[list[dict], list[dict], bool]:
         kept += items[-MAX_ENTRIES_PER_GROUP:]
     kept.sort(key=lambda c: c["createdNs"] or 0)
     return groups, kept[-MAX_ENTRIES:], True
+
+
+def _recorders(notes: list[str]) -> list[dict]:
+    """The parsed dumps of the gloo recorder and, where torch has it, the NCCL recorder."""
+    try:
+        from torch._C import _distributed_c10d as c10d
+    except ImportError:
+        notes.append("this torch has no distributed support: no flight recorder")
+        return []
+    readers = []
+    if hasattr(c10d, "_dump_fr_trace_json"):
+        readers.append(("gloo", lambda: c10d._dump_fr_trace_json(includeCollectives=True)))
+    if hasattr(c10d, "_dump_nccl_trace_json"):
+        readers.append(("nccl", lambda: c10d._dump_nccl_trace_json(includeCollectives=True)))
+    if not readers:
+        notes.append("this torch has no flight recorder dump (_dump_fr_trace_json)")
+    raws = []
+    for backend, read in readers:
+        try:
+            raw = json.loads(read())
+        except Exception as error:  # noqa: BLE001 - torch raises RuntimeError and others here
+            notes.append(
+                _clip(f"{backend} flight recorder not readable: {error!r}", NOTE_MAX_LENGTH)
+            )
+            continue
+        if isinstance(raw, dict):
+            raws.append(raw)
+    return raws
 
 
 def _collective(group: str, entry: dict) -> dict:
@@ -173,7 +201,7 @@ def _groups(notes: list[str]) -> list[dict]:
         return []
 
 
-def _merge_group_status(groups: list[dict], status: dict, config: dict) -> None:
+def _merge_group_status(groups: list[dict], status: dict) -> None:
     """Add each group's last entered and completed sequence ids from the recorder."""
     by_name = {g["name"]: g for g in groups}
     for name, values in list(status.items())[:MAX_GROUPS]:
@@ -186,8 +214,14 @@ def _merge_group_status(groups: list[dict], status: dict, config: dict) -> None:
             group = {"name": _clip(name, NAME_MAX_LENGTH), "ranks": []}
             groups.append(group)
             by_name[group["name"]] = group
-        group["lastEnqueued"] = _as_seq(values.get("last_enqueued_collective"))
-        group["lastCompleted"] = _as_seq(values.get("last_completed_collective"))
+        # A group known to both recorders keeps the furthest it got in either.
+        for key, field in (
+            ("lastEnqueued", "last_enqueued_collective"),
+            ("lastCompleted", "last_completed_collective"),
+        ):
+            value = _as_seq(values.get(field))
+            if value is not None and (group.get(key) is None or value > group[key]):
+                group[key] = value
 
 
 def _as_seq(value: Any) -> int | None:
