@@ -66,6 +66,13 @@ async def _finished(ctx: OperatorContext, view: SessionView) -> str | None:
     return f"{view.target_text} ended ({ended})" if ended else None
 
 
+async def _any_live_pod(ctx: OperatorContext, view: SessionView) -> bool:
+    try:
+        return bool(await _targets(ctx, view))
+    except (NoLivePods, InvalidTarget):
+        return False
+
+
 async def run_hang_check(
     ctx: OperatorContext, view: SessionView, writer: StatusWriter, stopped: Any
 ) -> None:
@@ -101,6 +108,12 @@ async def run_hang_check(
         )
         seen_steps = seen_steps or judgement.stalled_s is not None
         if judgement.stalled or writer.phase == Phase.DIAGNOSING:
+            # A job's last step is followed by its teardown, which looks like a stall
+            # until the job object says it ended: ask once more before calling it hung.
+            ended = await _finished(ctx, view)
+            if ended:
+                await _no_hang(writer, f"{ended}; it never stalled past the hang threshold")
+                return
             await _diagnose(ctx, view, writer, targets, judgement, spec)
             return
         if ctx.now() > watch_until:
@@ -152,6 +165,14 @@ async def _diagnose(
         spec.dump_timeout_seconds,
         now,
     )
+    if not any(d.answered for d in round_.dumps):
+        # No trainer answered: a job that ended meanwhile (its pods gone, its agents
+        # unreachable) did not hang; one still running gets the no-evidence verdict.
+        ended = await _finished(ctx, view)
+        if ended or not await _any_live_pod(ctx, view):
+            why = ended or "the target's pods went away"
+            await _no_hang(writer, f"{why} while it was being diagnosed; no hang was seen")
+            return
     message = diagnosis.message
     if round_.notes:
         message += f" (notes: {'; '.join(round_.notes[:3])})"
