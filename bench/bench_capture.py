@@ -10,6 +10,9 @@ far more than the effects measured here (the wall-time medians are printed besid
 * (a) hook loaded, sidecar running, no window
 * (b) inside a window, tiers steps / ops / full (armed through the sidecar's HTTP API)
 * (d) plain torch.profiler with the ops tier's settings over the same steps
+* (e) the flight recorder alone (TORCH_FR_BUFFER_SIZE=2000, no hook), and the hook with the
+  flight recorder switched off (STEPSCOPE_FLIGHT_RECORDER=0): the hook turns the recorder
+  on for hang dumps, so (a) includes it and the two ratios say what it costs
 
 Targets: (a)/(c) <= 1.005, steps/(c) <= 1.01, ops/(d) <= 1.05. Also printed: the export
 stall of each window (how long stopping the profiler and writing the trace held rank 0), and
@@ -38,6 +41,11 @@ from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from stepscope_agent.settings import (
+    FLIGHT_RECORDER_ENTRIES,
+    FLIGHT_RECORDER_ENV,
+    TORCH_FR_BUFFER_ENV,
+)
 from stepscope_dev.agent_calls import signed_call
 from stepscope_dev.net import free_port
 from stepscope_operator.call_signing import AgentKeyring
@@ -46,7 +54,16 @@ REPO = Path(__file__).resolve().parent.parent
 WORKLOAD = REPO / "bench" / "capture_workload.py"
 HOOK_DIR = REPO / "agent_image" / "hook"
 START, STEPS, TOTAL = 120, 60, 200
-CONFIGS = ("no-hook", "hook-idle", "plain-profiler", "steps", "ops", "full")
+CONFIGS = (
+    "no-hook",
+    "no-hook-fr",
+    "hook-idle",
+    "hook-idle-no-fr",
+    "plain-profiler",
+    "steps",
+    "ops",
+    "full",
+)
 
 
 class _Sink(BaseHTTPRequestHandler):
@@ -149,11 +166,16 @@ def run_config(config: str, work: Path, sink: str) -> dict:
     env["OMP_NUM_THREADS"] = "1"
     sidecar = None
     extra = []
+    env.pop(TORCH_FR_BUFFER_ENV, None)
     if config == "plain-profiler":
         extra = ["--plain-profiler", str(START), str(STEPS)]
+    elif config == "no-hook-fr":
+        env[TORCH_FR_BUFFER_ENV] = str(FLIGHT_RECORDER_ENTRIES)
     elif config != "no-hook":
         sidecar = Sidecar(work / config, sink)
         env.update(PYTHONPATH=str(HOOK_DIR), STEPSCOPE_AGENT_DIR=str(sidecar.dir))
+        if config == "hook-idle-no-fr":
+            env[FLIGHT_RECORDER_ENV] = "0"
     command = [
         sys.executable,
         "-m",
@@ -294,6 +316,8 @@ def main() -> int:
         "full / no-hook": cpu["full"] / cpu["no-hook"],
         "plain-profiler / no-hook": cpu["plain-profiler"] / cpu["no-hook"],
         "ops / plain-profiler (target <= 1.05)": cpu["ops"] / cpu["plain-profiler"],
+        "flight recorder: no-hook-fr / no-hook": cpu["no-hook-fr"] / cpu["no-hook"],
+        "flight recorder: hook-idle / hook-idle-no-fr": cpu["hook-idle"] / cpu["hook-idle-no-fr"],
     }
     machine = (
         f"{platform.node()} {platform.machine()} {platform.processor() or ''}, "
@@ -319,7 +343,7 @@ def main() -> int:
         print(f"  runs repeated after a gloo worker abort: {repeated}")
     print("  ratios of median CPU time per step:")
     for name, value in ratios.items():
-        print(f"    {name:40s} {value:.4f}")
+        print(f"    {name:46s} {value:.4f}")
     if args.json:
         args.json.write_text(
             json.dumps(

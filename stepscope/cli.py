@@ -24,6 +24,7 @@ from stepscope.analysis.summary_model import Breakdown, RankSummary
 from stepscope.analysis.trace_sources import TraceSource, find_sources
 from stepscope.artifacts_command import add_artifacts_command
 from stepscope.diff_command import add_diff_command
+from stepscope.hang.offline import cmd_analyze_hangs, holds_hang_dumps
 from stepscope.storage import SessionArtifact
 
 TOP_FINDINGS = 5
@@ -155,6 +156,8 @@ def analyze(
 
 def cmd_analyze(args: argparse.Namespace) -> int:
     out_dir = args.out or Path("stepscope-analysis")
+    if holds_hang_dumps(args.path):
+        return cmd_analyze_hangs(args.path, out_dir)
     try:
         results = analyze(args.path, out_dir, args.placement)
     except (
@@ -188,7 +191,10 @@ def build_parser() -> argparse.ArgumentParser:
     analyze_cmd = commands.add_parser(
         "analyze", help="analyse per-rank traces: table, summary.json, report.html, merged trace"
     )
-    analyze_cmd.add_argument("path", help="directory of per-rank traces, or s3://bucket/prefix")
+    analyze_cmd.add_argument(
+        "path",
+        help="directory of per-rank traces or of hang dumps (a hang verdict), or s3://bucket/prefix",
+    )
     analyze_cmd.add_argument(
         "--out", type=Path, help="output directory (default ./stepscope-analysis)"
     )

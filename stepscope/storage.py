@@ -25,6 +25,8 @@ class RankArtifact(StrEnum):
     COUNTERS = "counters.json"
     SUMMARY = "summary.json"
     STEPS = "steps.json"
+    # A hang check's full dump of the rank (stepscope.api.hang_dump.RankDump).
+    HANG_DUMP = "hang-dump.json"
 
 
 class SessionArtifact(StrEnum):
@@ -40,6 +42,8 @@ class SessionArtifact(StrEnum):
     # answers; see stepscope.api.analysis_job.
     ANALYSIS_PLAN = "analysis-plan.json"
     ANALYSIS_RESULT = "analysis-result.json"
+    # A hang check's readable verdict (stepscope.hang.report).
+    HANG_REPORT = "hang-report.txt"
 
 
 def _check_segment(field: str, value: str) -> str:

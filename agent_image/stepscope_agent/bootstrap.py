@@ -73,6 +73,7 @@ def install() -> None:
     """Arm the torch import watcher if the sidecar gave this process an agent directory."""
     if settings.agent_dir() is None:
         return
+    settings.enable_flight_recorder()
     if "torch" in sys.modules:
         _torch_imported()
     elif _watcher not in sys.meta_path:

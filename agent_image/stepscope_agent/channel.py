@@ -35,10 +35,12 @@ class Channel:
         socket_path: str,
         hello: Callable[[], messages.Hello],
         progress: Callable[[], messages.Progress],
+        dump: Callable[[str], messages.Message] | None = None,
     ) -> None:
         self._socket_path = socket_path
         self._hello = hello
         self._progress = progress
+        self._dump = dump
         self._outgoing: deque[bytes] = deque(maxlen=settings.OUTBOX_EVENTS_MAX)
         self._queued = 0  # events handed to send(); only the training thread writes it
         self._sent = 0  # events written to the socket; only the channel thread writes it
@@ -66,6 +68,29 @@ class Channel:
         deadline = time.monotonic() + timeout_s
         while self._connected and self._sent < self._queued and time.monotonic() < deadline:
             time.sleep(0.01)
+
+    def _received(self, command: messages.Message) -> None:
+        """Commands wait for the training thread's next step boundary, except a dump
+        request: the training thread may never reach one again, so a hook thread answers."""
+        if isinstance(command, messages.DumpStacks) and self._dump is not None:
+            threading.Thread(
+                target=self._answer_dump,
+                args=(command.request_id,),
+                name="stepscope-dump",
+                daemon=True,
+            ).start()
+        else:
+            self.commands.append(command)
+
+    def _answer_dump(self, request_id: str) -> None:
+        try:
+            answer = self._dump(request_id)
+        except Exception:  # noqa: BLE001 - a failed dump is the sidecar's timeout, not the job's
+            return
+        # Not `send`: that counter belongs to the training thread; a deque append is safe.
+        self._outgoing.append(messages.encode(answer))
+        with contextlib.suppress(OSError):
+            os.write(self._wake_write, b"!")
 
     def _run(self) -> None:
         delay = settings.RECONNECT_MIN_S
@@ -111,7 +136,7 @@ class Channel:
                     *lines, buffer = buffer.split(b"\n")
                     for line in lines:
                         if line.strip():
-                            self.commands.append(messages.decode(line))
+                            self._received(messages.decode(line))
         except (OSError, ValueError):
             self.commands.append(Disconnected())
             raise OSError("channel closed") from None

@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from stepscope.api.agent import STORAGE_ENDPOINT_ENV, CaptureRequest
+from stepscope.api.agent import STORAGE_ENDPOINT_ENV, ArtifactGrant, CaptureRequest
+from stepscope.api.hang_dump import HangDumpRequest
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
@@ -56,19 +57,26 @@ class StorageEndpoint:
             return False
 
 
-def grant_urls(request: CaptureRequest) -> list[str]:
+def grant_urls(request: CaptureRequest | HangDumpRequest) -> list[str]:
     """Every URL in the request's grants."""
+    if isinstance(request, HangDumpRequest):
+        grants: list[ArtifactGrant] = list(request.grants.values())
+    else:
+        grants = [g for r in request.grants for g in (r.trace, r.counters, r.summary, r.steps)]
     urls: list[str] = []
-    for rank in request.grants:
-        for grant in (rank.trace, rank.counters, rank.summary, rank.steps):
-            if grant.put_url is not None:
-                urls.append(grant.put_url)
-            if grant.multipart is not None:
-                urls += [*grant.multipart.part_urls, grant.multipart.complete_url]
+    for grant in grants:
+        if grant.put_url is not None:
+            urls.append(grant.put_url)
+        if grant.multipart is not None:
+            urls += [*grant.multipart.part_urls, grant.multipart.complete_url]
+        if grant.post is not None:
+            urls.append(grant.post.url)
     return urls
 
 
-def check_grant_endpoints(request: CaptureRequest, endpoint: StorageEndpoint) -> None:
+def check_grant_endpoints(
+    request: CaptureRequest | HangDumpRequest, endpoint: StorageEndpoint
+) -> None:
     """Raise ForeignGrantHost naming the first URL whose host is not `endpoint`."""
     for url in grant_urls(request):
         if not endpoint.admits(url):

@@ -24,6 +24,7 @@ from stepscope.api.agent import (
     CaptureStatus,
     ErrorBody,
 )
+from stepscope.api.hang_dump import HANG_DUMPS_PATH, HangDumpRequest, PodHangDumps
 from stepscope_agent.call_auth import CallRefused, CallVerifier, parse_trusted_keys
 from stepscope_agent.captures import CaptureConflict
 from stepscope_agent.grant_endpoint import ForeignGrantHost, check_grant_endpoints
@@ -48,6 +49,9 @@ class AgentService(Protocol):
 
     def cancel(self, capture_id: str) -> Any | None:
         """Cancel a capture; None when the id is unknown."""
+
+    def hang_dump(self, request: HangDumpRequest) -> PodHangDumps:
+        """Every trainer's stacks and collectives, within the request's timeout."""
 
 
 class AgentHttpServer(ThreadingHTTPServer):
@@ -84,8 +88,11 @@ class AgentRequestHandler(BaseHTTPRequestHandler):
         body = self._authorised_body()
         if body is None:
             return
+        if self.path == HANG_DUMPS_PATH:
+            self._hang_dump(body)
+            return
         if self.path != CAPTURES_PATH:
-            self._error(HTTPStatus.NOT_FOUND, f"POST goes to {CAPTURES_PATH}")
+            self._error(HTTPStatus.NOT_FOUND, f"POST goes to {CAPTURES_PATH} or {HANG_DUMPS_PATH}")
             return
         request = self._capture_request(body)
         if request is None:
@@ -101,6 +108,17 @@ class AgentRequestHandler(BaseHTTPRequestHandler):
             self._error(HTTPStatus.CONFLICT, str(error))
             return
         self._reply_capture(request.capture_id, HTTPStatus.CREATED if created else HTTPStatus.OK)
+
+    def _hang_dump(self, body: bytes) -> None:
+        request = self._validated(HangDumpRequest, body, "hang dump request")
+        if request is None:
+            return
+        try:
+            check_grant_endpoints(request, self.server.storage_endpoint)
+        except ForeignGrantHost as error:
+            self._error(HTTPStatus.UNPROCESSABLE_ENTITY, str(error))
+            return
+        self._reply(HTTPStatus.OK, self.server.service.hang_dump(request).to_wire())
 
     def do_DELETE(self) -> None:
         if self._authorised_body() is None:
@@ -132,17 +150,18 @@ class AgentRequestHandler(BaseHTTPRequestHandler):
         return body
 
     def _capture_request(self, body: bytes) -> CaptureRequest | None:
+        return self._validated(CaptureRequest, body, "capture request")
+
+    def _validated(self, model, body: bytes, what: str):
         """The validated body of a POST, or None after answering why it is refused."""
         try:
-            return CaptureRequest.model_validate_json(body)
+            return model.model_validate_json(body)
         except ValidationError as error:
             details = error.errors(include_url=False, include_context=False, include_input=False)
             fields = ", ".join(
                 ".".join(str(p) for p in d["loc"]) + f": {d['msg']}" for d in details
             )
-            self._error(
-                HTTPStatus.UNPROCESSABLE_ENTITY, f"invalid capture request: {fields}", details
-            )
+            self._error(HTTPStatus.UNPROCESSABLE_ENTITY, f"invalid {what}: {fields}", details)
             return None
 
     def _reply_capture(self, capture_id: str, status: HTTPStatus = HTTPStatus.OK) -> None:

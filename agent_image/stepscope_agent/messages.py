@@ -66,6 +66,9 @@ class Progress(Message):
     last_step_at: float | None = field(
         default=None, metadata=_wire("lastStepAt", float, type(None))
     )
+    step_time_p95_ms: float | None = field(
+        default=None, metadata=_wire("stepTimeP95Ms", float, type(None))
+    )
 
 
 @dataclass(frozen=True)
@@ -104,6 +107,16 @@ class WindowFailed(Message):
     start_step: int | None = field(default=None, metadata=_wire("startStep", int, type(None)))
 
 
+@dataclass(frozen=True)
+class HangDumpTaken(Message):
+    """The answer to ``DumpStacks``: ``dump`` is a RankDump in wire form (hang_capture.py),
+    made on a hook thread while the training thread may be blocked."""
+
+    TYPE: ClassVar[str] = "hang_dump"
+    request_id: str = field(metadata=_wire("requestId", str))
+    dump: dict = field(metadata=_wire("dump", dict))
+
+
 # sidecar -> trainer
 
 
@@ -127,9 +140,28 @@ class Cancel(Message):
     capture_id: str = field(metadata=_wire("captureId", str))
 
 
+@dataclass(frozen=True)
+class DumpStacks(Message):
+    """Dump every thread's stack and the flight recorder now; answered by ``HangDumpTaken``
+    from a hook thread, never from the training thread, which may be stuck."""
+
+    TYPE: ClassVar[str] = "dump_stacks"
+    request_id: str = field(metadata=_wire("requestId", str))
+
+
 MESSAGE_TYPES: dict[str, type[Message]] = {
     cls.TYPE: cls
-    for cls in (Hello, Progress, WindowStarted, WindowFinished, WindowFailed, Arm, Cancel)
+    for cls in (
+        Hello,
+        Progress,
+        WindowStarted,
+        WindowFinished,
+        WindowFailed,
+        HangDumpTaken,
+        Arm,
+        Cancel,
+        DumpStacks,
+    )
 }
 
 
@@ -175,7 +207,7 @@ def _check(kind: str, wire: str, value: Any, types: tuple[type, ...]) -> Any:
             return float(value)
         if expected is int and isinstance(value, int) and not isinstance(value, bool):
             return value
-        if expected in (str, bool, list) and type(value) is expected:
+        if expected in (str, bool, list, dict) and type(value) is expected:
             return value
     wanted = " or ".join(_describe(t) for t in types)
     raise MessageError(f"{kind} message: field {wire!r} must be {wanted}, got {value!r}")
@@ -186,6 +218,5 @@ def _describe(expected: type) -> str:
         return "null"
     if issubclass(expected, str) and expected is not str:
         return "one of " + ", ".join(repr(member.value) for member in expected)
-    return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}.get(
-        expected, "a list"
-    )
+    words = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
+    return words.get(expected, "an object" if expected is dict else "a list")

@@ -50,7 +50,7 @@ class Runtime:
 
     def _start(self) -> None:
         self.channel = Channel(
-            settings.socket_path(self.directory), self._hello, self.counter.recent
+            settings.socket_path(self.directory), self._hello, self.counter.recent, self._dump
         )
         self.driver = WindowDriver(
             Path(settings.outbox_dir(self.directory)), rank, self.channel.send
@@ -66,6 +66,14 @@ class Runtime:
                 self.driver.cancel(command.capture_id, "cancelled")
             elif isinstance(command, Disconnected):
                 self.driver.cancel(None, "sidecar disconnected")
+
+    def _dump(self, request_id: str) -> messages.HangDumpTaken:
+        """Runs on a hook thread (see Channel), never on the training thread."""
+        from stepscope_agent.hang_capture import capture_rank_dump
+
+        last = self.counter.ring[-1].ended_at if self.counter.ring else None
+        dump = capture_rank_dump(rank(), os.getpid(), self.counter.current, last)
+        return messages.HangDumpTaken(request_id=request_id, dump=dump)
 
     def _hello(self) -> messages.Hello:
         return messages.Hello(

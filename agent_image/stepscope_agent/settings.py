@@ -36,6 +36,19 @@ EXIT_FLUSH_S = 2.0
 # the trainer's memory grow.
 OUTBOX_EVENTS_MAX = 1024
 
+# PyTorch's flight recorder: a ring of the last collectives per process, read by hang
+# dumps. The hook sets its size at interpreter start, before any process group exists,
+# unless the user set it (their value wins, 0 switches it off) or STEPSCOPE_FLIGHT_RECORDER
+# is "0". 2,000 entries cost a few hundred KB; bench/bench_capture.py measures the time.
+FLIGHT_RECORDER_ENV = "STEPSCOPE_FLIGHT_RECORDER"
+TORCH_FR_BUFFER_ENV = "TORCH_FR_BUFFER_SIZE"
+FLIGHT_RECORDER_ENTRIES = 2000
+
+
+def enable_flight_recorder() -> None:
+    if os.environ.get(FLIGHT_RECORDER_ENV, "1") != "0":
+        os.environ.setdefault(TORCH_FR_BUFFER_ENV, str(FLIGHT_RECORDER_ENTRIES))
+
 
 def agent_dir() -> str | None:
     """The shared directory, or None when the hook should stay inert."""

@@ -25,8 +25,10 @@ from stepscope.api.agent import (
     CaptureStatus,
     RankStatus,
 )
+from stepscope.api.hang_dump import HangDumpRequest, PodHangDumps
 from stepscope_agent import __version__, messages, settings
 from stepscope_agent.captures import Capture, CaptureBook
+from stepscope_agent.hang_dumps import HangDumps
 from stepscope_agent.http_api import serve_http
 from stepscope_agent.nvml_sampling import NvmlSampler
 from stepscope_agent.publishing import FinishedWindow, publish_rank
@@ -53,6 +55,7 @@ class Agent:
         # Trainers often run as another user than the sidecar and write their traces here.
         with contextlib.suppress(OSError):  # not ours to change if a trainer made it first
             self.outbox.chmod(0o777)
+        self.hang_dumps = HangDumps(config.pod, config.node, self.outbox / "hang-dumps")
         self.registry = RankRegistry(
             Path(settings.socket_path(config.agent_dir)), self._on_message, self._send_pending_arms
         )
@@ -72,6 +75,7 @@ class Agent:
                     step_time_ms=p.step_time_ms if p else None,
                     data_wait_ms=p.data_wait_ms if p else None,
                     last_step_at=p.last_step_at if p else None,
+                    step_time_p95_ms=p.step_time_p95_ms if p else None,
                 )
             )
         steps = [r.global_step for r in ranks if r.global_step is not None]
@@ -104,6 +108,10 @@ class Agent:
                 if link.rank in capture.ranks:
                     self._send_arm(link, request)
         return capture, created
+
+    def hang_dump(self, request: HangDumpRequest) -> PodHangDumps:
+        """Every trainer's stacks and collectives now (blocks up to the request's timeout)."""
+        return self.hang_dumps.collect(self.registry.links(), request)
 
     def capture_status(self, capture_id: str) -> CaptureStatus | None:
         return self.book.status(capture_id)
@@ -160,6 +168,8 @@ class Agent:
             )
         elif isinstance(message, messages.WindowFinished):
             self._window_finished(link, message)
+        elif isinstance(message, messages.HangDumpTaken):
+            self.hang_dumps.received(link, message)
         self._sample_if_capturing()
 
     def _window_finished(self, link: RankLink, message: messages.WindowFinished) -> None:

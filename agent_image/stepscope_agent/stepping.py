@@ -99,12 +99,18 @@ class StepCounter:
     def recent(self) -> messages.Progress:
         """Median step time and data wait of the recent steps, for the progress report.
         Called from the channel thread; copying a deque is atomic under the GIL."""
-        records = list(self.ring)[-settings.RECENT_STEPS :]
+        ring = list(self.ring)
+        records = ring[-settings.RECENT_STEPS :]
         if not records:
             return messages.Progress(global_step=self.current)
+        # The p95 over the whole ring is what a hang check scales its threshold with: a
+        # job whose steps are sometimes slow must not be called hung during a slow one.
+        durations = sorted(r.duration_s for r in ring)
+        p95 = durations[min(len(durations) - 1, round(0.95 * (len(durations) - 1)))]
         return messages.Progress(
             global_step=self.current,
             step_time_ms=statistics.median(r.duration_s for r in records) * 1e3,
             data_wait_ms=statistics.median(r.data_wait_s for r in records) * 1e3,
             last_step_at=records[-1].ended_at,
+            step_time_p95_ms=p95 * 1e3,
         )

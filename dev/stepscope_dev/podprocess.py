@@ -46,6 +46,7 @@ from stepscope_dev.podenv import (
 )
 from stepscope_dev.podstatus import ContainerRecord, final_phase, now, pod_conditions, pod_status
 from stepscope_dev.podvolumes import container_mounts, materialize_volumes
+from stepscope_dev.processes import signal_marked
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,9 @@ POLL_INTERVAL_S = 0.2
 MAX_BACKOFF_S = 10.0
 MAX_GRACE_S = 30.0
 POD_UID_ENV = "STEPSCOPE_LOCAL_POD_UID"
+# "<pod uid>/<container>" in every process of a container, its descendants included: what a
+# stop signals besides the container's process group (see processes.processes_marked).
+CONTAINER_ENV = "STEPSCOPE_LOCAL_CONTAINER"
 """Set in every pod process: how a restarted runner recognises the processes of a pod."""
 
 
@@ -214,7 +218,7 @@ class PodRun(threading.Thread):
             returncode = process.popen.poll()
             if returncode is None:
                 return False
-            _kill_group(process.popen.pid, signal.SIGKILL)  # Children it left behind.
+            self._kill(process, signal.SIGKILL)  # Children it left behind.
             process.popen = None
             process.record.mark_terminated(returncode)
             if self._restarts(process, returncode):
@@ -297,6 +301,7 @@ class PodRun(threading.Thread):
             "HOME": str(self._dir),
             "TMPDIR": str(self._scratch / "tmp"),
             POD_UID_ENV: self.uid,
+            CONTAINER_ENV: f"{self.uid}/{spec['name']}",
             "HOSTNAME": self.pod_name,
             "LANG": "C.UTF-8",
             # Pods share the machine's network devices; gloo binds the loopback device's
@@ -336,15 +341,20 @@ class PodRun(threading.Thread):
         """SIGTERM every live process group, SIGKILL what is left after the grace period."""
         alive = [p for p in processes if p.popen is not None]
         for process in alive:
-            _kill_group(process.popen.pid, signal.SIGTERM)
+            self._kill(process, signal.SIGTERM)
         deadline = time.monotonic() + self._grace_s
         while any(p.popen.poll() is None for p in alive) and time.monotonic() < deadline:
             time.sleep(POLL_INTERVAL_S)
         for process in alive:
-            _kill_group(process.popen.pid, signal.SIGKILL)
+            self._kill(process, signal.SIGKILL)
             process.record.mark_terminated(process.popen.wait())
             process.popen = None
             process.restart_at = None
+
+    def _kill(self, process: _Process, sig: signal.Signals) -> None:
+        """Signal the container's process group and every process that carries its mark."""
+        _kill_group(process.popen.pid, sig)
+        signal_marked(CONTAINER_ENV, f"{self.uid}/{process.spec['name']}", sig)
 
     def _sleep(self, seconds: float) -> None:
         if self._stopping.wait(seconds):

@@ -48,6 +48,33 @@ def start_process(
         )
 
 
+def processes_marked(name: str, value: str) -> list[int]:
+    """PIDs of the live processes whose environment holds ``name=value``.
+
+    A process group does not reach everything a process started: torchrun starts each worker
+    in a session of its own, and orphans move to init. The environment is inherited by every
+    descendant, so a variable set at start finds them all, and never another process."""
+    needle = f"{name}={value}".encode()
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/environ", "rb") as environ:
+                if needle in environ.read().split(b"\0"):
+                    found.append(int(entry.name))
+        except OSError:
+            continue  # gone meanwhile, or not ours to read
+    return found
+
+
+def signal_marked(name: str, value: str, sig: signal.Signals) -> None:
+    """Send ``sig`` to every process ``processes_marked`` finds."""
+    for pid in processes_marked(name, value):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+
+
 def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

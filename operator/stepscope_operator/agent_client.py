@@ -14,6 +14,7 @@ from pydantic import BaseModel, ValidationError
 
 from stepscope.analysis.trace_input import loads_bounded
 from stepscope.api import agent as wire
+from stepscope.api.hang_dump import HANG_DUMPS_PATH, HangDumpRequest, PodHangDumps
 from stepscope_operator.call_signing import AgentKeyring
 from stepscope_operator.fanout import FanOut, RetryPolicy
 
@@ -99,6 +100,14 @@ class AgentClient:
         body = await self._call(pod, ip, "DELETE", path)
         return _validated(pod, f"DELETE {path}", wire.CaptureStatus, body)
 
+    async def hang_dump(self, pod: str, ip: str, request: HangDumpRequest) -> PodHangDumps:
+        """The pod's dumps; the agent waits up to the request's timeout for its trainers and
+        then stores each full dump, so the call may take that long plus the uploads."""
+        timeout = aiohttp.ClientTimeout(total=self._timeout.total + request.timeout_seconds + 30)
+        wire_body = request.to_wire()
+        body = await self._call(pod, ip, "POST", HANG_DUMPS_PATH, wire_body, timeout=timeout)
+        return _validated(pod, f"POST {HANG_DUMPS_PATH}", PodHangDumps, body)
+
     async def _call(
         self,
         pod: str,
@@ -107,6 +116,7 @@ class AgentClient:
         path: str,
         body: dict[str, Any] | None = None,
         timing: CallTiming | None = None,
+        timeout: aiohttp.ClientTimeout | None = None,
     ) -> dict[str, Any]:
         """One agent call within the fan-out's bound on calls in flight, tried again while
         it fails transiently (every agent endpoint is idempotent: arming is per capture
@@ -117,7 +127,7 @@ class AgentClient:
             nonlocal made
             made += 1
             sent_wall, sent = time.time(), time.monotonic()
-            answer = await self._call_once(pod, ip, method, path, body)
+            answer = await self._call_once(pod, ip, method, path, body, timeout)
             if timing is not None:
                 timing.sent_wall, timing.round_trip_s = sent_wall, time.monotonic() - sent
             return answer
@@ -132,8 +142,15 @@ class AgentClient:
             ) from exc
 
     async def _call_once(
-        self, pod: str, ip: str, method: str, path: str, body: dict[str, Any] | None = None
+        self,
+        pod: str,
+        ip: str,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        timeout: aiohttp.ClientTimeout | None = None,
     ) -> dict[str, Any]:
+        timeout = timeout or self._timeout
         if not ip:
             raise AgentError(pod, "the pod has no IP address yet (not running?)")
         host = f"[{ip}]" if ":" in ip else ip
@@ -145,7 +162,7 @@ class AgentClient:
             headers["Content-Type"] = "application/json"
         try:
             async with self._session.request(
-                method, url, data=data or None, headers=headers, timeout=self._timeout
+                method, url, data=data or None, headers=headers, timeout=timeout
             ) as response:
                 payload = await _read_json(pod, f"{method} {path}", response)
                 if response.status >= 400:
@@ -159,7 +176,7 @@ class AgentClient:
                 return payload
         except TimeoutError as exc:
             raise AgentError(
-                pod, f"{method} {path} timed out after {self._timeout.total}s", transient=True
+                pod, f"{method} {path} timed out after {timeout.total}s", transient=True
             ) from exc
         except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, ConnectionError) as exc:
             # Refused, reset or cut off mid-reply: the agent may be restarting.

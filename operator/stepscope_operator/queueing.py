@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from stepscope.api.hang_status import SessionMode
 from stepscope_operator.status import is_final
 from stepscope_operator.target_kinds import TARGET_KINDS, TargetKind, adapter_for
 
@@ -37,6 +38,12 @@ def _started(session: dict[str, Any]) -> bool:
     return _phase(session) not in (None, "Pending") and not is_final(_phase(session))
 
 
+def _watches_only(session: dict[str, Any]) -> bool:
+    """A hang check arms nothing and only reads progress: it neither waits for nor holds
+    up profiling sessions of the same job, and it is not counted against the cap."""
+    return (session.get("spec") or {}).get("mode") == SessionMode.HANG_CHECK
+
+
 def blocking_session(me: dict[str, Any], others: Iterable[dict[str, Any]]) -> str | None:
     """The name of the session ahead of `me` on the same target, if any."""
     mine = target_key(me["spec"]["target"])
@@ -47,6 +54,7 @@ def blocking_session(me: dict[str, Any], others: Iterable[dict[str, Any]]) -> st
         and other["metadata"].get("namespace") == me["metadata"].get("namespace")
         and not other["metadata"].get("deletionTimestamp")
         and not is_final(_phase(other))
+        and not _watches_only(other)
         and target_key(other["spec"]["target"]) == mine
         and (_started(other) or _queue_position(other) < _queue_position(me))
     ]
@@ -58,5 +66,5 @@ def active_sessions(sessions: Iterable[dict[str, Any]], me_uid: str) -> list[str
     return [
         f"{s['metadata'].get('namespace')}/{s['metadata']['name']}"
         for s in sessions
-        if s["metadata"]["uid"] != me_uid and _started(s)
+        if s["metadata"]["uid"] != me_uid and _started(s) and not _watches_only(s)
     ]

@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from stepscope.analysis.merge import MergeError
+from stepscope.api.hang_status import SessionMode
 from stepscope.api.session_status import Phase, Reason, StatusWindow
 from stepscope_operator.baselines import compare_with_baseline
 from stepscope_operator.budgets import enforce_rank_budgets
@@ -43,6 +44,7 @@ from stepscope_operator.following import (
     only_silent_pending,
     poll_captures,
 )
+from stepscope_operator.hang_watch import run_hang_check
 from stepscope_operator.planning import PlanningError, plan_window
 from stepscope_operator.pod_arming import cancel_captures, capture_id_for
 from stepscope_operator.probing import probe_agents
@@ -88,6 +90,9 @@ async def drive_session(
     ctx: OperatorContext, view: SessionView, writer: StatusWriter, stopped: Any
 ) -> None:
     if is_final(writer.phase):
+        return
+    if view.spec.mode == SessionMode.HANG_CHECK:
+        await run_hang_check(ctx, view, writer, stopped)
         return
     if writer.phase == Phase.PENDING and not await wait_for_turn(ctx, view, writer, stopped):
         return

@@ -52,6 +52,8 @@ _PROGRESS_MESSAGES = {
     Phase.CAPTURING: "ranks are capturing the window",
     Phase.COLLECTING: "collecting per-rank results",
     Phase.ANALYZING: "merging ranks and writing the report",
+    Phase.WATCHING: "watching the job's step progress for a hang",
+    Phase.DIAGNOSING: "asking every rank for stacks and flight-recorder dumps",
 }
 
 # The analysis names categories after Breakdown fields; the API uses words for people.
@@ -343,7 +345,7 @@ def ready_condition(
 ) -> tuple[str, str, str]:
     """(status, reason, message) of Ready for a phase; without a reason, the phase's name
     is the reason, as kubectl shows it."""
-    if phase in (Phase.SUCCEEDED, Phase.PARTIALLY_SUCCEEDED):
+    if phase in (Phase.SUCCEEDED, Phase.PARTIALLY_SUCCEEDED, Phase.DIAGNOSED):
         return "True", reason or phase, message or phase
     if phase == Phase.FAILED:
         return "False", reason or phase, message or "the session failed"
@@ -352,7 +354,8 @@ def ready_condition(
 
 def phase_event(phase: Phase, message: str) -> tuple[str, str, str]:
     """(event type, reason, message) for entering `phase`: Warning when it ends badly."""
-    kind = "Warning" if phase in (Phase.FAILED, Phase.PARTIALLY_SUCCEEDED) else "Normal"
+    warn = (Phase.FAILED, Phase.PARTIALLY_SUCCEEDED, Phase.DIAGNOSED)
+    kind = "Warning" if phase in warn else "Normal"
     return kind, phase, _clip(message, 1024)
 
 

@@ -181,6 +181,9 @@ class RankStatus(WireModel):
     last_step_at: float | None = Field(
         default=None, description="Agent clock (unix seconds) when the last step ended."
     )
+    step_time_p95_ms: float | None = Field(
+        default=None, description="95th percentile of the last 256 step times (hang checks)."
+    )
 
 
 class AgentStatus(WireModel):

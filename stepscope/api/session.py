@@ -14,6 +14,7 @@ from pydantic import Field, StrictInt, StrictStr
 from pydantic.alias_generators import to_snake
 
 from stepscope.api.base import ApiModel
+from stepscope.api.hang_status import HangCheckSpec, SessionMode
 from stepscope.api.meta import LabelSelector
 from stepscope.api.rules import (
     CelRule,
@@ -264,6 +265,22 @@ class ProfileSessionSpec(ApiModel):
     baseline: BaselineSpec | None = Field(
         None,
         description="Desired state. A session to compare against. Default: none.",
+    )
+    mode: SessionMode = Field(
+        SessionMode.PROFILE,
+        description=(
+            "Desired state. 'profile' captures the window and analyses it; 'hang-check' "
+            "watches step progress and, when no rank advances for longer than the hang "
+            "threshold, names the stuck rank, collective and line (see hangCheck). "
+            "Default: profile."
+        ),
+    )
+    hang_check: HangCheckSpec | None = Field(
+        None,
+        description=(
+            "Desired state. Thresholds of a hang-check session. Default: unset, meaning "
+            "the defaults of each field."
+        ),
     )
 
 

@@ -18,6 +18,7 @@ from pydantic import Field, model_validator
 
 from stepscope.api.base import ApiModel
 from stepscope.api.gpu_status import GpuCounters
+from stepscope.api.hang_status import HangDiagnosis
 from stepscope.api.meta import MAX_CONDITIONS, Condition
 from stepscope.api.rank_ranges import describe_ranks
 from stepscope.api.text import BoundedText
@@ -49,13 +50,17 @@ class Phase(StrEnum):
     CAPTURING = "Capturing"
     COLLECTING = "Collecting"
     ANALYZING = "Analyzing"
+    # Hang checks (spec.mode hang-check): watching progress, then diagnosed when stuck.
+    WATCHING = "Watching"
+    DIAGNOSING = "Diagnosing"
+    DIAGNOSED = "Diagnosed"
     SUCCEEDED = "Succeeded"
     PARTIALLY_SUCCEEDED = "PartiallySucceeded"
     FAILED = "Failed"
 
 
 TERMINAL_PHASES: frozenset[Phase] = frozenset(
-    {Phase.SUCCEEDED, Phase.PARTIALLY_SUCCEEDED, Phase.FAILED}
+    {Phase.SUCCEEDED, Phase.PARTIALLY_SUCCEEDED, Phase.FAILED, Phase.DIAGNOSED}
 )
 
 
@@ -111,6 +116,12 @@ class Reason(StrEnum):
     ARTIFACT_LINKS_ISSUED = "ArtifactLinksIssued"
     # Deleting a session: its finalizer holds while storage fails.
     STORAGE_UNAVAILABLE = "StorageUnavailable"
+    # Hang checks.
+    WATCHING_PROGRESS = "WatchingProgress"
+    WAITING_FOR_FIRST_STEP = "WaitingForFirstStep"
+    HANG_DETECTED = "HangDetected"
+    HANG_DIAGNOSED = "HangDiagnosed"
+    NO_HANG = "NoHang"
     # Schedules.
     SCHEDULED = "Scheduled"
     INVALID_SCHEDULE = "InvalidSchedule"
@@ -506,7 +517,8 @@ class ProfileSessionStatus(ApiModel):
         None,
         description=(
             "Observed state. Where the session is: Pending, Planning, Armed, Capturing, "
-            "Collecting, Analyzing, then Succeeded, PartiallySucceeded or Failed."
+            "Collecting, Analyzing, then Succeeded, PartiallySucceeded or Failed; a hang "
+            "check goes Watching, Diagnosing, then Diagnosed (a hang) or Succeeded (none)."
         ),
     )
     observed_generation: int | None = Field(
@@ -533,6 +545,9 @@ class ProfileSessionStatus(ApiModel):
     )
     artifacts: StatusArtifacts | None = Field(
         None, description="Observed state. Where the artifacts are."
+    )
+    hang: HangDiagnosis | None = Field(
+        None, description="Observed state. Why the job is stuck (hang-check sessions)."
     )
 
 

@@ -2,16 +2,25 @@
 
 It knows nothing of stepscope: the injected hook finds its optimizer steps. ``--slow-rank``
 makes one rank sleep longer each step, so the others wait for it at the all-reduce and the
-analysis has a straggler to find.
+analysis has a straggler to find. ``--block-rank`` makes one rank's data loading wait at
+step ``--block-at-step`` for a file nobody creates, so the job hangs with the others inside
+the all-reduce, for the hang checks to find.
 """
 
 import argparse
 import os
 import time
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
+
+
+def load_batch(step: int, rank: int, args: argparse.Namespace) -> None:
+    if rank == args.block_rank and step == args.block_at_step:
+        while not Path(args.block_file).exists():
+            time.sleep(0.1)  # the blocking line a hang check names
 
 
 def main() -> None:
@@ -20,6 +29,9 @@ def main() -> None:
     parser.add_argument("--step-sleep", type=float, default=0.05)
     parser.add_argument("--slow-rank", type=int, default=-1)
     parser.add_argument("--slow-extra", type=float, default=0.0)
+    parser.add_argument("--block-rank", type=int, default=-1)
+    parser.add_argument("--block-at-step", type=int, default=-1)
+    parser.add_argument("--block-file", default="/nonexistent/stepscope-e2e-unblock")
     args = parser.parse_args()
 
     torch.set_num_threads(1)
@@ -31,7 +43,8 @@ def main() -> None:
     )
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     inputs, targets = torch.randn(32, 64), torch.randint(0, 8, (32,))
-    for _ in range(args.steps):
+    for step in range(args.steps):
+        load_batch(step, rank, args)
         optimizer.zero_grad()
         loss = torch.nn.functional.cross_entropy(model(inputs), targets)
         # The sleep stands in for data loading / compute that differs per rank; it sits

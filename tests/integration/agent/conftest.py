@@ -19,6 +19,7 @@ import pytest
 from stepscope_dev.agent_calls import signed_call
 from stepscope_operator.call_signing import AgentKeyring
 from support import free_port
+from support.launched import MARK_ENV, kill_marked, new_mark
 from support.operator_helpers import AGENT_KEYRING
 
 from stepscope.api.agent import ARTIFACTS, capture_path
@@ -182,11 +183,31 @@ def start_sidecar(tmp_path, local_cluster):
         sidecar.stop()
 
 
+@pytest.fixture
+def start_storageless_sidecar(tmp_path):
+    """Like start_sidecar, for tests that upload nothing: no control plane or S3 needed
+    (the storage endpoint is a closed loopback port no grant may point elsewhere than)."""
+    started: list[Sidecar] = []
+
+    def start(name: str = "pod-0", *, namespace: str = "team-a") -> Sidecar:
+        directory = tmp_path / name
+        directory.mkdir()
+        log = tmp_path / f"{name}.log"
+        sidecar = Sidecar(directory, free_port(), log, namespace, "http://127.0.0.1:9")
+        started.append(sidecar.start())
+        return sidecar
+
+    yield start
+    for sidecar in started:
+        sidecar.stop()
+
+
 @dataclass
 class Trainers:
     """torchrun launches, one per pod, joined into one DDP job."""
 
     processes: list[subprocess.Popen] = field(default_factory=list)
+    mark: str = field(default_factory=new_mark)  # in every process, torchrun's workers too
 
     def wait(self, timeout: float = 300) -> list[int]:
         deadline = time.monotonic() + timeout
@@ -196,10 +217,9 @@ class Trainers:
         return codes
 
     def kill(self) -> None:
+        kill_marked(self.mark)
         for process in self.processes:
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait(10)
+            process.wait(10)
 
 
 @pytest.fixture
@@ -221,6 +241,7 @@ def launch_training(tmp_path):
         for node_rank, agent_dir in enumerate(pods):
             pod_env = {k: v for k, v in os.environ.items() if not k.startswith("STEPSCOPE_")}
             pod_env["OMP_NUM_THREADS"] = "1"
+            pod_env[MARK_ENV] = trainers.mark
             if agent_dir is not None:
                 pod_env["PYTHONPATH"] = str(HOOK_DIR)
                 pod_env["STEPSCOPE_AGENT_DIR"] = str(agent_dir)

@@ -34,6 +34,7 @@ from stepscope_operator.settings import load_settings
 from stepscope_operator.status import final_phase, judge_ranks, summary_from_job, tally_ranks
 from stepscope_operator.targets import RankTarget
 from support import free_port, wait_until
+from support.launched import MARK_ENV, kill_marked, new_mark
 from support.operator_helpers import AGENT_KEYRING, REPO_ROOT
 
 from stepscope.analysis.rank_track import LAG_PID, STEPS_PID
@@ -70,6 +71,7 @@ def pod(tmp_path: Path, local_cluster):
         STEPSCOPE_POD_NAME="pipeline-pod",
         STEPSCOPE_POD_NAMESPACE="ns",
         OMP_NUM_THREADS="1",
+        **{MARK_ENV: (mark := new_mark())},
     )
     agent = subprocess.Popen(
         [str(Path(sys.executable).parent / "stepscope-agent")],
@@ -109,6 +111,7 @@ def pod(tmp_path: Path, local_cluster):
             process.wait(timeout=20)
         except subprocess.TimeoutExpired:
             process.kill()
+    kill_marked(mark)  # torchrun's workers, in sessions of their own
 
 
 async def _plan(client, settings):

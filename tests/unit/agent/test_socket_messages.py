@@ -37,6 +37,9 @@ EXAMPLES = [
     ),
     messages.Arm(capture_id="c", start_step=10, steps=2, warmup_steps=1, tier=Tier.FULL),
     messages.Cancel(capture_id="c"),
+    messages.DumpStacks(request_id="hang-1"),
+    messages.HangDumpTaken(request_id="hang-1", dump={"rank": 2, "threads": []}),
+    messages.Progress(global_step=9, step_time_p95_ms=30.0),
 ]
 
 

@@ -25,7 +25,7 @@ def test_every_reason_is_a_unique_camel_case_word():
         assert reason.name.replace("_", "").lower() == reason.value.lower()
 
 
-def test_phases_are_the_status_models_own_and_three_are_final():
+def test_phases_are_the_status_models_own_and_four_are_final():
     assert {p.value for p in Phase} == {
         "Pending",
         "Planning",
@@ -33,11 +33,15 @@ def test_phases_are_the_status_models_own_and_three_are_final():
         "Capturing",
         "Collecting",
         "Analyzing",
+        "Watching",
+        "Diagnosing",
+        "Diagnosed",
         "Succeeded",
         "PartiallySucceeded",
         "Failed",
     }
-    assert {Phase.SUCCEEDED, Phase.PARTIALLY_SUCCEEDED, Phase.FAILED} == TERMINAL_PHASES
+    final = {Phase.SUCCEEDED, Phase.PARTIALLY_SUCCEEDED, Phase.FAILED, Phase.DIAGNOSED}
+    assert final == TERMINAL_PHASES
     status = ProfileSessionStatus.model_validate({"phase": "Capturing"})
     assert status.phase is Phase.CAPTURING and status.to_wire()["phase"] == "Capturing"
 
