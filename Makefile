@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 # Re-install only when the dependency pins change.
 VENV_STAMP := $(VENV)/.stepscope-installed
 
-.PHONY: venv binaries crds test test-unit demo bench lint clean-instance
+.PHONY: venv binaries node-deps crds test test-unit test-realnode demo bench lint clean-instance
 
 venv: $(VENV_STAMP)
 
@@ -21,6 +21,11 @@ $(VENV_STAMP): pyproject.toml
 binaries: venv
 	$(PY) -m stepscope_dev.cli build
 
+# The real node's Debian packages (containerd, runc, CNI plugins, buildah, mmdebstrap, ...);
+# apt-get runs only for what dpkg does not already report installed.
+node-deps: venv
+	$(PY) -m stepscope_dev.realnode.packages
+
 crds: venv
 	$(PY) -m stepscope.api.crdgen
 
@@ -29,6 +34,10 @@ test: venv binaries
 
 test-unit: venv
 	$(VENV)/bin/pytest -ra tests/unit
+
+# Pods on a real kubelet + containerd, images built from our Dockerfiles (opt-in for now).
+test-realnode: venv binaries node-deps
+	$(VENV)/bin/pytest -ra tests/integration/realnode
 
 demo: venv binaries
 	$(PY) -m stepscope_dev.demo

@@ -52,6 +52,8 @@ class LocalCluster:
     s3_region: str = S3_REGION
     s3_bucket: str = S3_BUCKET
     pids: dict[str, int] = field(default_factory=dict)
+    # What `--node real` created besides processes (stepscope_dev.realnode.node); empty without.
+    real_node: dict = field(default_factory=dict)
 
     @property
     def kubeconfig(self) -> Path:
@@ -245,6 +247,12 @@ def _start_apiserver(cluster: LocalCluster, keys: pki_module.Pki, die_with_paren
             # Service's endpoint (validation forbids 127.0.0.0/8).
             "--endpoint-reconciler-type=none",
             "--allow-privileged=true",
+            # For a real node (stepscope_dev.realnode): the API server's identity towards
+            # kubelets (logs, exec), and webhook Services reached at their endpoints, since no
+            # kube-proxy routes service IPs here.
+            f"--kubelet-client-certificate={keys.admin_cert}",
+            f"--kubelet-client-key={keys.admin_key}",
+            "--enable-aggregator-routing=true",
             "--profiling=false",
             f"--cert-dir={cluster.root / 'apiserver-certs'}",
         ],
@@ -392,6 +400,10 @@ def start_cluster(root: Path, bin_dir: Path, *, die_with_parent: bool = False) -
 
 def stop_cluster(cluster: LocalCluster) -> None:
     """Stop every process of the instance, newest first, by PID."""
+    if cluster.real_node or "kubelet" in cluster.pids:
+        from stepscope_dev.realnode.node import stop_real_node
+
+        stop_real_node(cluster)
     for name in reversed(list(cluster.pids)):
         stop_pid(cluster.pids[name])
     cluster.pids.clear()
