@@ -34,7 +34,7 @@ def cmd_build(args: argparse.Namespace) -> int:
 def cmd_up(args: argparse.Namespace) -> int:
     real = args.node == "real"
     bin_dir = build.ensure_node_binaries() if real else build.ensure_binaries()
-    cluster = start_cluster(args.instance, bin_dir)
+    cluster = start_cluster(args.instance, bin_dir, real_node=real)
     print(f"local control plane up in {args.instance}", file=sys.stderr)
     if real:
         from stepscope_dev.realnode.node import start_real_node

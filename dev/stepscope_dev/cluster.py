@@ -252,6 +252,8 @@ def _start_apiserver(cluster: LocalCluster, keys: pki_module.Pki, die_with_paren
             # kube-proxy routes service IPs here.
             f"--kubelet-client-certificate={keys.admin_cert}",
             f"--kubelet-client-key={keys.admin_key}",
+            # A node's name resolves nowhere here; its InternalIP is where its kubelet serves.
+            "--kubelet-preferred-address-types=InternalIP",
             "--enable-aggregator-routing=true",
             "--profiling=false",
             f"--cert-dir={cluster.root / 'apiserver-certs'}",
@@ -266,7 +268,7 @@ def _start_apiserver(cluster: LocalCluster, keys: pki_module.Pki, die_with_paren
 
 
 def _start_controller_manager(
-    cluster: LocalCluster, keys: pki_module.Pki, die_with_parent: bool
+    cluster: LocalCluster, keys: pki_module.Pki, die_with_parent: bool, real_node: bool = False
 ) -> None:
     kubeconfig = cluster.root / "controller-manager.kubeconfig"
     _write_kubeconfig(
@@ -291,9 +293,10 @@ def _start_controller_manager(
             f"--service-account-private-key-file={keys.service_account_key}",
             f"--root-ca-file={keys.ca_cert}",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
-            # The local node has no kubelet heartbeats of the usual kind; node
-            # lifecycle would taint it and evict the harness's pods.
-            "--controllers=*,-node-lifecycle-controller",
+            # The process pod runner's node has no kubelet heartbeats; node lifecycle would
+            # taint it and evict the harness's pods. A real node's kubelet renews its lease,
+            # and the controller lifts the not-ready taint the kubelet registers with.
+            "--controllers=*" if real_node else "--controllers=*,-node-lifecycle-controller",
         ],
         cluster.logs_dir / "kube-controller-manager.log",
         die_with_parent=die_with_parent,
@@ -347,8 +350,13 @@ def _start_s3(cluster: LocalCluster, die_with_parent: bool) -> None:
     _wait_until("versitygw", bucket_ready, cluster)
 
 
-def start_cluster(root: Path, bin_dir: Path, *, die_with_parent: bool = False) -> LocalCluster:
-    """Start every component under `root` and return once all of them answer."""
+def start_cluster(
+    root: Path, bin_dir: Path, *, die_with_parent: bool = False, real_node: bool = False
+) -> LocalCluster:
+    """Start every component under `root` and return once all of them answer.
+
+    ``real_node`` prepares the control plane for ``stepscope_dev.realnode`` (node lifecycle
+    on); the node itself is started by ``start_real_node``."""
     if (root / STATE_FILE).exists():
         previous = LocalCluster.load(root)
         if any(previous.running().values()):
@@ -390,7 +398,7 @@ def start_cluster(root: Path, bin_dir: Path, *, die_with_parent: bool = False) -
             cluster.save()
         _start_apiserver(cluster, keys, die_with_parent)
         cluster.save()
-        _start_controller_manager(cluster, keys, die_with_parent)
+        _start_controller_manager(cluster, keys, die_with_parent, real_node)
         cluster.save()
     except BaseException:
         stop_cluster(cluster)

@@ -62,6 +62,10 @@ def write_config(paths: ContainerdPaths, sandbox_image: str, cni_bin_dir: Path) 
         f"[{cri}]",
         f"  sandbox_image = {_toml_string(sandbox_image)}",
         "  netns_mounts_under_state_dir = true",
+        # This VM gives even root no CAP_SYS_RESOURCE, so no process may lower its
+        # oom_score_adj below containerd's own: runc would fail every sandbox ("failed to
+        # update /proc/self/oom_score_adj: Permission denied") writing the CRI's -998.
+        "  restrict_oom_score_adj = true",
         '  stream_server_address = "127.0.0.1"',
         '  stream_server_port = "0"',
         "  enable_selinux = false",

@@ -126,6 +126,8 @@ def write_config(
         "authorization": {"mode": "Webhook"},
         "podLogsDir": str(paths.pod_logs),
         "failSwapOn": False,
+        # Its default -999 cannot be written without CAP_SYS_RESOURCE, which this VM withholds.
+        "oomScoreAdj": 0,
         "evictionHard": {
             "memory.available": "1Mi",
             "nodefs.available": "1%",
