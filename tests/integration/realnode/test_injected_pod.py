@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import json
 import secrets
+import sys
 from pathlib import Path
 
 import jsonpatch
 import pytest
 from stepscope_dev.realnode.containerd import container_pids
+from stepscope_dev.realnode.images import trainer_host_mounts
 from stepscope_operator.agent_contract import (
     AGENT_CONTAINER_NAME,
     AGENT_UID,
@@ -213,3 +215,59 @@ def test_the_sidecar_reads_what_the_trainer_wrote_and_the_order_is_native(runnin
     final = _pod(cluster, namespace)
     assert final["status"]["phase"] == "Succeeded", final["status"]
     assert "terminated" in _statuses(final)[AGENT_CONTAINER_NAME]["state"]
+
+
+TORCH_SCRIPT = """
+import json, os, sys, torch
+try:
+    open(os.path.join(sys.prefix, "written-by-a-pod"), "w")
+    venv = "writable"
+except OSError as error:
+    venv = error.strerror
+print("TORCH " + json.dumps({"uid": os.getuid(), "sum": float((torch.ones(3) * 2).sum()), "venv": venv}))
+"""
+
+
+def test_a_trainer_pod_runs_the_hosts_torch_from_read_only_mounts(real_node_cluster):
+    cluster, node = real_node_cluster
+    namespace = f"realnode-torch-{secrets.token_hex(3)}"
+    cluster.kubectl("create", "namespace", namespace)
+    mounts = trainer_host_mounts(Path(sys.prefix))
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "torch", "namespace": namespace},
+        "spec": {
+            "restartPolicy": "Never",
+            "automountServiceAccountToken": False,
+            "containers": [
+                {
+                    "name": "pytorch",
+                    "image": node.images.trainer,
+                    "imagePullPolicy": "Never",
+                    "command": [str(Path(sys.prefix) / "bin" / "python"), "-c", TORCH_SCRIPT],
+                    "volumeMounts": [
+                        {"name": f"host-{i}", "mountPath": str(path), "readOnly": True}
+                        for i, path in enumerate(mounts)
+                    ],
+                }
+            ],
+            "volumes": [
+                {"name": f"host-{i}", "hostPath": {"path": str(path), "type": "Directory"}}
+                for i, path in enumerate(mounts)
+            ],
+        },
+    }
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(pod))
+
+    def finished() -> str | None:
+        phase = json.loads(
+            cluster.kubectl("get", "pod", "torch", "-n", namespace, "-o", "json").stdout
+        )["status"].get("phase")
+        return phase if phase in ("Succeeded", "Failed") else None
+
+    phase = wait_until(finished, POD_TIMEOUT_S, "the torch pod to finish")
+    log = cluster.kubectl("logs", "-n", namespace, "torch").stdout
+    assert phase == "Succeeded", log
+    report = json.loads(log.split("TORCH ", 1)[1].splitlines()[0])
+    assert report == {"uid": TRAINER_UID, "sum": 6.0, "venv": "Read-only file system"}
