@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 # Re-install only when the dependency pins change.
 VENV_STAMP := $(VENV)/.stepscope-installed
 
-.PHONY: venv binaries crds test test-unit demo bench gpu-check lint clean-instance
+.PHONY: venv binaries node-deps crds test test-unit test-realnode demo bench gpu-check lint clean-instance
 
 venv: $(VENV_STAMP)
 
@@ -21,14 +21,25 @@ $(VENV_STAMP): pyproject.toml
 binaries: venv
 	$(PY) -m stepscope_dev.cli build
 
+# The real node's Debian packages (containerd, runc, CNI plugins, buildah, mmdebstrap, ...);
+# apt-get runs only for what dpkg does not already report installed.
+node-deps: venv
+	$(PY) -m stepscope_dev.realnode.packages
+
 crds: venv
 	$(PY) -m stepscope.api.crdgen
 
+# The real-node tests build a kubelet, containerd's state and images first (minutes cold):
+# they run under test-realnode until the real node is the default.
 test: venv binaries
-	$(VENV)/bin/pytest -ra
+	$(VENV)/bin/pytest -ra --ignore=tests/integration/realnode
 
 test-unit: venv
 	$(VENV)/bin/pytest -ra tests/unit
+
+# Pods on a real kubelet + containerd, images built from our Dockerfiles (opt-in for now).
+test-realnode: venv binaries node-deps
+	$(VENV)/bin/pytest -ra tests/integration/realnode
 
 demo: venv binaries
 	$(PY) -m stepscope_dev.demo

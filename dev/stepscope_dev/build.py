@@ -117,6 +117,32 @@ def recipes() -> list[GoRecipe]:
     ]
 
 
+def node_recipes() -> list[GoRecipe]:
+    """The binaries only the real node (`stepscope dev up --node real`) needs.
+
+    kubelet and kube-scheduler (the process pod runner binds pods itself; a real node needs a
+    real scheduler) come from the same k8s.io/kubernetes module as the control plane, so their
+    build reuses the Go build cache of every package they share. They build in a wrapper module
+    of their own: `go mod tidy` for kubelet's imports must not change the control plane's
+    go.sum. kube-proxy is not built: the API server reaches webhook Services through their
+    endpoints (docs/local-control-plane.md, "Real node").
+    """
+    return [
+        GoRecipe(
+            name="kubelet",
+            module="k8s.io/kubernetes",
+            version=versions.KUBERNETES,
+            packages={
+                "k8s.io/kubernetes/cmd/kubelet": "kubelet",
+                "k8s.io/kubernetes/cmd/kube-scheduler": "kube-scheduler",
+            },
+            ldflags=_kubernetes_version_ldflags(),
+            replace_staging_modules=True,
+            nice=True,
+        ),
+    ]
+
+
 def _log(message: str) -> None:
     print(f"[stepscope dev build] {message}", file=sys.stderr, flush=True)
 
@@ -279,4 +305,13 @@ def ensure_binaries() -> Path:
     for recipe in recipes():
         build_recipe(recipe, target)
     _log(f"all binaries ready in {target} ({time.monotonic() - started:.0f}s)")
+    return target
+
+
+def ensure_node_binaries() -> Path:
+    """Build the control plane's binaries and the real node's (kubelet), and return their
+    directory."""
+    target = ensure_binaries()
+    for recipe in node_recipes():
+        build_recipe(recipe, target)
     return target

@@ -12,6 +12,7 @@ from stepscope_dev import build
 from stepscope_dev.cluster import STATE_FILE, LocalCluster, start_cluster, stop_cluster
 
 INSTANCE_ENV = "STEPSCOPE_DEV_DIR"
+NODE_ENV = "STEPSCOPE_DEV_NODE"
 
 
 def default_instance_dir() -> Path:
@@ -31,9 +32,21 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    bin_dir = build.ensure_binaries()
-    cluster = start_cluster(args.instance, bin_dir)
+    real = args.node == "real"
+    bin_dir = build.ensure_node_binaries() if real else build.ensure_binaries()
+    cluster = start_cluster(args.instance, bin_dir, real_node=real)
     print(f"local control plane up in {args.instance}", file=sys.stderr)
+    if real:
+        from stepscope_dev.realnode.node import start_real_node
+
+        try:
+            node = start_real_node(cluster)
+        except BaseException:
+            stop_cluster(cluster)
+            raise
+        print(f"  real node {node.name} ({node.address}), images:", file=sys.stderr)
+        for role, reference in vars(node.images).items():
+            print(f"    {role:9} {reference}", file=sys.stderr)
     print(
         f"  kube-apiserver {cluster.api_url}\n  S3 {cluster.s3_endpoint} "
         f"(bucket {cluster.s3_bucket})",
@@ -86,7 +99,17 @@ def main(argv: list[str] | None = None) -> int:
         ("env", cmd_env, "print the KUBECONFIG and S3 settings to export"),
         ("status", cmd_status, "show which processes are running"),
     ):
-        commands.add_parser(name, help=help_text).set_defaults(handler=handler)
+        command = commands.add_parser(name, help=help_text)
+        command.set_defaults(handler=handler)
+        if name == "up":
+            command.add_argument(
+                "--node",
+                choices=("process", "real"),
+                default=os.environ.get(NODE_ENV, "process"),
+                help="process: pods run as local processes (no node started here, the test "
+                "fixtures start the pod runner); real: a kubelet and containerd with images "
+                f"built from our Dockerfiles (default ${NODE_ENV} or process)",
+            )
     args = parser.parse_args(argv)
     return args.handler(args)
 

@@ -52,6 +52,8 @@ class LocalCluster:
     s3_region: str = S3_REGION
     s3_bucket: str = S3_BUCKET
     pids: dict[str, int] = field(default_factory=dict)
+    # What `--node real` created besides processes (stepscope_dev.realnode.node); empty without.
+    real_node: dict = field(default_factory=dict)
 
     @property
     def kubeconfig(self) -> Path:
@@ -245,6 +247,14 @@ def _start_apiserver(cluster: LocalCluster, keys: pki_module.Pki, die_with_paren
             # Service's endpoint (validation forbids 127.0.0.0/8).
             "--endpoint-reconciler-type=none",
             "--allow-privileged=true",
+            # For a real node (stepscope_dev.realnode): the API server's identity towards
+            # kubelets (logs, exec), and webhook Services reached at their endpoints, since no
+            # kube-proxy routes service IPs here.
+            f"--kubelet-client-certificate={keys.admin_cert}",
+            f"--kubelet-client-key={keys.admin_key}",
+            # A node's name resolves nowhere here; its InternalIP is where its kubelet serves.
+            "--kubelet-preferred-address-types=InternalIP",
+            "--enable-aggregator-routing=true",
             "--profiling=false",
             f"--cert-dir={cluster.root / 'apiserver-certs'}",
         ],
@@ -258,7 +268,7 @@ def _start_apiserver(cluster: LocalCluster, keys: pki_module.Pki, die_with_paren
 
 
 def _start_controller_manager(
-    cluster: LocalCluster, keys: pki_module.Pki, die_with_parent: bool
+    cluster: LocalCluster, keys: pki_module.Pki, die_with_parent: bool, real_node: bool = False
 ) -> None:
     kubeconfig = cluster.root / "controller-manager.kubeconfig"
     _write_kubeconfig(
@@ -283,9 +293,10 @@ def _start_controller_manager(
             f"--service-account-private-key-file={keys.service_account_key}",
             f"--root-ca-file={keys.ca_cert}",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
-            # The local node has no kubelet heartbeats of the usual kind; node
-            # lifecycle would taint it and evict the harness's pods.
-            "--controllers=*,-node-lifecycle-controller",
+            # The process pod runner's node has no kubelet heartbeats; node lifecycle would
+            # taint it and evict the harness's pods. A real node's kubelet renews its lease,
+            # and the controller lifts the not-ready taint the kubelet registers with.
+            "--controllers=*" if real_node else "--controllers=*,-node-lifecycle-controller",
         ],
         cluster.logs_dir / "kube-controller-manager.log",
         die_with_parent=die_with_parent,
@@ -339,8 +350,13 @@ def _start_s3(cluster: LocalCluster, die_with_parent: bool) -> None:
     _wait_until("versitygw", bucket_ready, cluster)
 
 
-def start_cluster(root: Path, bin_dir: Path, *, die_with_parent: bool = False) -> LocalCluster:
-    """Start every component under `root` and return once all of them answer."""
+def start_cluster(
+    root: Path, bin_dir: Path, *, die_with_parent: bool = False, real_node: bool = False
+) -> LocalCluster:
+    """Start every component under `root` and return once all of them answer.
+
+    ``real_node`` prepares the control plane for ``stepscope_dev.realnode`` (node lifecycle
+    on); the node itself is started by ``start_real_node``."""
     if (root / STATE_FILE).exists():
         previous = LocalCluster.load(root)
         if any(previous.running().values()):
@@ -382,7 +398,7 @@ def start_cluster(root: Path, bin_dir: Path, *, die_with_parent: bool = False) -
             cluster.save()
         _start_apiserver(cluster, keys, die_with_parent)
         cluster.save()
-        _start_controller_manager(cluster, keys, die_with_parent)
+        _start_controller_manager(cluster, keys, die_with_parent, real_node)
         cluster.save()
     except BaseException:
         stop_cluster(cluster)
@@ -392,6 +408,10 @@ def start_cluster(root: Path, bin_dir: Path, *, die_with_parent: bool = False) -
 
 def stop_cluster(cluster: LocalCluster) -> None:
     """Stop every process of the instance, newest first, by PID."""
+    if cluster.real_node or "kubelet" in cluster.pids:
+        from stepscope_dev.realnode.node import stop_real_node
+
+        stop_real_node(cluster)
     for name in reversed(list(cluster.pids)):
         stop_pid(cluster.pids[name])
     cluster.pids.clear()

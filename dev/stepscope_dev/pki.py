@@ -209,3 +209,34 @@ def issue_loopback_serving_cert(pki_dir: Path, out_dir: Path, common_name: str) 
         out_dir / "tls.crt",
     )
     return out_dir
+
+
+def issue_signed_cert(
+    pki_dir: Path,
+    cert_path: Path,
+    key_path: Path,
+    common_name: str,
+    *,
+    organization: str | None = None,
+    server_ips: tuple[str, ...] = (),
+) -> None:
+    """Sign a client certificate (or, with ``server_ips``, a serving one for those addresses)
+    with the instance's CA: the identities of the real node's kubelet and scheduler."""
+    ca_cert = x509.load_pem_x509_certificate((pki_dir / "ca.crt").read_bytes())
+    ca_key = serialization.load_pem_private_key((pki_dir / "ca.key").read_bytes(), password=None)
+    key = ec.generate_private_key(ec.SECP256R1())
+    usage = ExtendedKeyUsageOID.SERVER_AUTH if server_ips else ExtendedKeyUsageOID.CLIENT_AUTH
+    sans = [x509.IPAddress(ipaddress.ip_address(ip)) for ip in server_ips] or None
+    cert_path.parent.mkdir(parents=True, exist_ok=True)
+    _write_key(key, key_path)
+    _write_cert(
+        _issue(
+            _name(common_name, organization),
+            key,
+            ca_key,
+            ca_cert.subject,
+            usages=[usage],
+            sans=sans,
+        ),
+        cert_path,
+    )
