@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -85,11 +86,11 @@ def wait_until_stuck(pods, processes, timeout: float = 300) -> None:
     raise TimeoutError(f"ranks never stopped at step {FAULT_STEP}: {last}")
 
 
-def dump_pods(pods) -> list[PodHangDumps]:
+def dump_pods(pods, timeout_seconds: float = 20) -> list[PodHangDumps]:
     answers = []
     for pod in pods:
         code, body = pod.call(
-            "POST", HANG_DUMPS_PATH, {"requestId": "hang-1", "timeoutSeconds": 20}
+            "POST", HANG_DUMPS_PATH, {"requestId": "hang-1", "timeoutSeconds": timeout_seconds}
         )
         assert code == 200, body
         answers.append(PodHangDumps.model_validate(body))
@@ -158,3 +159,25 @@ def test_a_different_shape_names_both_shapes(tmp_path, two_pods, capsys):
     assert verdict.culprits.entered == "all_reduce [2] Float", verdict
     assert verdict.others.ranks == (0, 1, 3) and verdict.others.entered == "all_reduce [4] Float"
     assert offline_verdict(tmp_path, answers, capsys) == verdict.headline
+
+
+def test_a_trainer_whose_python_cannot_run_is_reported_with_what_the_sidecar_saw(
+    tmp_path, two_pods
+):
+    """A stopped process (as one whose GIL is held forever) cannot dump: its sidecar says so,
+    with the rank's last step, and the others' dumps still name the blocked rank."""
+    mark = new_mark()
+    processes = launch(tmp_path, two_pods, "block", mark)
+    try:
+        wait_until_stuck(two_pods, processes)
+        [frozen] = [r for r in two_pods[1].status()["ranks"] if r["rank"] == 3]
+        os.kill(frozen["pid"], signal.SIGSTOP)
+        answers = dump_pods(two_pods, timeout_seconds=5)
+    finally:
+        stop(processes, mark)
+    dumps = {d.rank: d for answer in answers for d in answer.ranks}
+    assert [r for r, d in sorted(dumps.items()) if not d.answered] == [3]
+    assert dumps[3].step == frozen["globalStep"] and dumps[3].last_step_at is not None
+    assert any("rank 3" in note and "did not answer within 5s" in note for note in answers[1].notes)
+    verdict = attribute_hang(list(dumps.values()))
+    assert verdict.kind == HangKind.MISSING_RANK and verdict.culprits.ranks == (FAULT_RANK,)
