@@ -50,8 +50,9 @@ CLEANUP = "Cleanup"
 # The check itself is free (the `when` filter reads the object kopf already has); only an
 # expired session costs S3 calls, so checking often keeps expiry close to expiresAt.
 EXPIRY_SWEEP_SECONDS = 20.0
-# Cron has minute resolution; checking schedules a few times a minute is on time enough.
-SCHEDULE_SYNC_SECONDS = 15.0
+# Cron has minute resolution, `every` 10 s at the finest: checking every 5 s starts an
+# interval schedule's session within half its shortest period. Each check is one list call.
+SCHEDULE_SYNC_SECONDS = 5.0
 
 
 @kopf.on.startup()

@@ -18,6 +18,11 @@ REGRESSIONS = Counter(
     "Scheduled sessions found slower than their rolling baseline.",
     ["namespace", "schedule"],
 )
+VERDICTS = Counter(
+    "stepscope_schedule_verdicts_total",
+    "Scheduled sessions judged against their rolling baseline, by verdict.",
+    ["namespace", "schedule", "verdict"],
+)
 LAST_STEP_TIME_DELTA = Gauge(
     "stepscope_schedule_step_time_delta_percent",
     "Median step time of a schedule's newest judged session against its baseline, percent.",
