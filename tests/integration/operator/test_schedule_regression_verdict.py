@@ -116,6 +116,28 @@ def test_a_slower_scheduled_session_is_a_regression_that_names_compute(
                 "json",
             ).stdout
         )["items"]
+        wait_until(
+            lambda: (
+                json.loads(
+                    local_cluster.kubectl(
+                        "get", "profileschedule", SCHEDULE, "-n", namespace, "-o", "json"
+                    ).stdout
+                ).get("status")
+                or {}
+            ).get("lastVerdict"),
+            60,
+            "the schedule's last verdict",
+            interval=1,
+        )
+        schedule_status = json.loads(
+            local_cluster.kubectl(
+                "get", "profileschedule", SCHEDULE, "-n", namespace, "-o", "json"
+            ).stdout
+        )["status"]
+        describe = local_cluster.kubectl(
+            "describe", "profileschedule", SCHEDULE, "-n", namespace
+        ).stdout
+        print(describe)
     finally:
         process.stop()
         print(process.logs()[-6000:])
@@ -136,3 +158,8 @@ def test_a_slower_scheduled_session_is_a_regression_that_names_compute(
     assert len(regression) == 1
     assert regression[0]["message"].startswith(f"session {NAMES[-1]}: slower by")
     assert "compute" in regression[0]["message"]
+    too_small = [e for e in events if e["reason"] == "BaselineTooSmall"]
+    assert len(too_small) == 3 and "3 needed" in too_small[0]["message"]
+    assert schedule_status["lastVerdict"] == "regression"
+    regressed = next(c for c in schedule_status["conditions"] if c["type"] == "Regressed")
+    assert regressed["status"] == "True" and regressed["reason"] == "Regression"

@@ -1,0 +1,138 @@
+"""An `every: 10s` ProfileSchedule against the real API server and operator process.
+
+Its sessions target pods that do not exist yet, so each one stays active (waiting for
+pods) until its timeout: exactly what a long capture looks like to the schedule. With
+concurrencyPolicy Forbid the next ticks are skipped with an Event and no second session
+appears; switched to Replace, the next tick deletes the running session and creates a new
+one. `kubectl get profileschedules` shows target, last session and age. The API server
+itself rejects a schedule with both cron and every, and an interval under 10 s.
+
+Bounded by design: every wait is for a count of ticks of a 10 s interval.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from support import wait_until
+
+pytestmark = pytest.mark.integration
+
+NAME = "fast"
+
+
+def _sessions(local_cluster, namespace: str) -> list[dict]:
+    result = local_cluster.kubectl(
+        "get",
+        "profilesessions",
+        "-n",
+        namespace,
+        "-l",
+        f"stepscope.dev/schedule={NAME}",
+        "-o",
+        "json",
+    )
+    return json.loads(result.stdout)["items"]
+
+
+def _events(local_cluster, namespace: str, reason: str) -> list[dict]:
+    result = local_cluster.kubectl(
+        "get",
+        "events",
+        "-n",
+        namespace,
+        f"--field-selector=involvedObject.name={NAME},reason={reason}",
+        "-o",
+        "json",
+    )
+    return json.loads(result.stdout)["items"]
+
+
+def _schedule(policy: str, namespace: str, **spec: object) -> dict:
+    return {
+        "apiVersion": "stepscope.dev/v1alpha1",
+        "kind": "ProfileSchedule",
+        "metadata": {"name": NAME, "namespace": namespace},
+        "spec": {
+            "every": "10s",
+            "concurrencyPolicy": policy,
+            "sessionTemplate": {
+                "target": {"podSelector": {"matchLabels": {"app": "not-started-yet"}}},
+                "window": {"timeoutSeconds": 600},
+            },
+            **spec,
+        },
+    }
+
+
+def test_the_api_server_rejects_a_bad_interval(local_cluster, session_crds, namespace):
+    for spec, words in (
+        ({"every": "5s"}, "every must be from 10s to 168h"),
+        ({"schedule": "* * * * *"}, "set exactly one of schedule"),
+    ):
+        result = local_cluster.kubectl(
+            "apply",
+            "-f",
+            "-",
+            input=json.dumps(_schedule("Forbid", namespace, **spec)),
+            check=False,
+        )
+        assert result.returncode != 0 and words in result.stderr, result.stderr
+
+
+def test_an_interval_schedule_forbids_then_replaces_a_running_session(
+    local_cluster, namespace, operator_process
+):
+    local_cluster.kubectl("apply", "-f", "-", input=json.dumps(_schedule("Forbid", namespace)))
+    first = wait_until(
+        lambda: _sessions(local_cluster, namespace), 60, "the first session", interval=1
+    )[0]["metadata"]["name"]
+
+    skipped = wait_until(
+        lambda: _events(local_cluster, namespace, "TickSkipped"),
+        60,
+        "a tick skipped while the first session runs",
+        interval=1,
+    )
+    assert "concurrencyPolicy is Forbid" in skipped[0]["message"]
+    assert [s["metadata"]["name"] for s in _sessions(local_cluster, namespace)] == [first]
+    line = local_cluster.kubectl("get", "profileschedules", "-n", namespace).stdout
+    print(line)
+    header, row = line.splitlines()[:2]
+    assert header.split()[:5] == ["NAME", "TARGET", "SCHEDULE", "EVERY", "LAST"]
+    # The Schedule (cron) cell is empty: this schedule has an interval instead.
+    assert row.split()[:4] == [NAME, "pods/app=not-started-yet", "10s", first]
+
+    local_cluster.kubectl(
+        "patch",
+        "profileschedule",
+        NAME,
+        "-n",
+        namespace,
+        "--type=merge",
+        "-p",
+        json.dumps({"spec": {"concurrencyPolicy": "Replace"}}),
+    )
+
+    def replaced():
+        names = {
+            s["metadata"]["name"]
+            for s in _sessions(local_cluster, namespace)
+            if not s["metadata"].get("deletionTimestamp")
+        }
+        return names if names and first not in names else None
+
+    wait_until(replaced, 60, "a new session in place of the first", interval=1)
+    replacements = _events(local_cluster, namespace, "SessionReplaced")
+    assert any(first in e["message"] for e in replacements), replacements
+    status = json.loads(
+        local_cluster.kubectl("get", "profileschedule", NAME, "-n", namespace, "-o", "json").stdout
+    )["status"]
+    assert status["target"] == "pods/app=not-started-yet"
+    assert status["lastSession"] != first and status["lastTickTime"]
+    # Never two sessions running at once, under either policy.
+    running = [
+        s for s in _sessions(local_cluster, namespace) if not s["metadata"].get("deletionTimestamp")
+    ]
+    assert len(running) == 1, [s["metadata"]["name"] for s in running]
