@@ -74,7 +74,12 @@ async def configure(
     settings.networking.request_timeout = operator_settings.kube_request_timeout_seconds
     api_client = load_api_client()
     if operator_settings.metrics_port:
-        serve_metrics(operator_settings.metrics_port)
+        serve_metrics(operator_settings.metrics_port, operator_settings.metrics_listen_address)
+        logger.info(
+            "metrics on http://%s:%d/metrics",
+            operator_settings.metrics_listen_address,
+            operator_settings.metrics_port,
+        )
     buckets = connect_buckets(operator_settings)
     if operator_settings.s3_lifecycle_rule:
         rule = lifecycle_rule(

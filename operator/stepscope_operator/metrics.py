@@ -1,7 +1,8 @@
 """Prometheus metrics: how sessions end, and the regressions schedules find.
 
-Served on STEPSCOPE_METRICS_PORT when set. Labels stay bounded: namespace and
-schedule names, never session names (one new series per session would grow forever).
+Served on STEPSCOPE_METRICS_PORT (8080 unless set; 0 turns it off). Labels stay bounded:
+namespace, schedule, phase and verdict, never session names (one new series per session
+would grow forever).
 """
 
 from __future__ import annotations
@@ -30,5 +31,12 @@ LAST_STEP_TIME_DELTA = Gauge(
 )
 
 
-def serve_metrics(port: int) -> None:
-    start_http_server(port)
+def serve_metrics(port: int, address: str) -> None:
+    """Serve /metrics on a daemon thread; a port already taken fails the start, naming it."""
+    try:
+        start_http_server(port, addr=address)
+    except OSError as exc:
+        raise OSError(
+            f"cannot serve metrics on {address}:{port} ({exc}); set STEPSCOPE_METRICS_PORT to a "
+            "free port, or 0 to serve none"
+        ) from exc

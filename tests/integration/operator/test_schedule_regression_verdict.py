@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import json
 import time
+import urllib.request
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from support import wait_until
 from support.operator_helpers import audited_operator, operator_env, raw_trace_imports
 from support.synthetic_jobs import job_summary
@@ -92,10 +94,8 @@ def test_a_slower_scheduled_session_is_a_regression_that_names_compute(
         # The schedule orders its sessions by creationTimestamp, which has whole seconds.
         time.sleep(1.1)
 
-    process = audited_operator(
-        operator_env(local_cluster, STEPSCOPE_WATCH_NAMESPACE=namespace),
-        tmp_path / "operator.log",
-    )
+    env = operator_env(local_cluster, STEPSCOPE_WATCH_NAMESPACE=namespace)
+    process = audited_operator(env, tmp_path / "operator.log")
     process.start()
     try:
         newest = wait_until(
@@ -138,6 +138,10 @@ def test_a_slower_scheduled_session_is_a_regression_that_names_compute(
             "describe", "profileschedule", SCHEDULE, "-n", namespace
         ).stdout
         print(describe)
+        # Metrics are on by default: the operator's own endpoint, scraped as Prometheus would.
+        metrics_url = f"http://127.0.0.1:{env['STEPSCOPE_METRICS_PORT']}/metrics"
+        with urllib.request.urlopen(metrics_url, timeout=10) as response:
+            scraped = response.read().decode()
     finally:
         process.stop()
         print(process.logs()[-6000:])
@@ -163,3 +167,20 @@ def test_a_slower_scheduled_session_is_a_regression_that_names_compute(
     assert schedule_status["lastVerdict"] == "regression"
     regressed = next(c for c in schedule_status["conditions"] if c["type"] == "Regressed")
     assert regressed["status"] == "True" and regressed["reason"] == "Regression"
+
+    samples = {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(scraped)
+        for sample in family.samples
+        if sample.labels.get("namespace") == namespace
+    }
+    labels = (("namespace", namespace), ("schedule", SCHEDULE))
+    assert samples[("stepscope_regressions_total", labels)] == 1
+    by_verdict = {
+        dict(key)["verdict"]: value
+        for (name, key), value in samples.items()
+        if name == "stepscope_schedule_verdicts_total"
+    }
+    assert by_verdict == {"inconclusive": 3, "regression": 1}
+    delta = samples[("stepscope_schedule_step_time_delta_percent", labels)]
+    assert delta == pytest.approx(newest["stepTimeDeltaPct"], abs=0.01)
