@@ -1,6 +1,6 @@
 """Prometheus metrics: how sessions end, and the regressions schedules find.
 
-Served on STEPSCOPE_METRICS_PORT (8080 unless set; 0 turns it off). Labels stay bounded:
+Served on STEPSCOPE_METRICS_PORT (9090 unless set; 0 turns it off). Labels stay bounded:
 namespace, schedule, phase and verdict, never session names (one new series per session
 would grow forever).
 """

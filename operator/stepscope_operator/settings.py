@@ -35,8 +35,8 @@ from stepscope.api.session import MAX_RETENTION
 from stepscope_operator.call_signing import AgentKeyring, KeyringError
 
 CONFIG_FILE_ENV = "STEPSCOPE_OPERATOR_CONFIG"
-# The port Prometheus exporters of controllers commonly use; the chart's Service names it.
-DEFAULT_METRICS_PORT = 8080
+# Prometheus's own conventional port; 8080 is kopf's liveness endpoint in the chart.
+DEFAULT_METRICS_PORT = 9090
 
 # Field name -> environment variable. One line per setting; docs/operator-settings.md
 # lists the same table for users.
