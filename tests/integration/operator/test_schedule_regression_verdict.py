@@ -1,11 +1,14 @@
 """A schedule's regression verdict against the real API server, S3 and operator process.
 
-Four finished sessions of one schedule exist before the operator starts, each with its
-summary.json in S3: three with the same step times, the newest with 15 ms more compute per
-step. The operator judges each against the good sessions before it: the first three are
-inconclusive (the baseline is too small, and says so, with no number), the newest is a
-regression whose explanation names compute, its baseline names the three real sessions,
-and a Regression Event carries the explanation's first line.
+Five finished sessions of one schedule exist before the operator starts, each with its
+summary.json in S3: three with the same step times, then one with 15 ms more compute per
+step, then one like the first three again. The operator judges each against the good
+sessions before it: the first three are inconclusive (the baseline is too small, and says
+so, with no number, in BaselineTooSmall Events), the fourth is a regression whose
+explanation names compute, its baseline names the three real sessions, and a Regression
+Event carries the explanation's first line; the fifth is unchanged, which posts Recovered
+and turns the schedule's Regressed condition False. The operator's metrics endpoint counts
+the verdicts.
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ from support.synthetic_jobs import job_summary
 pytestmark = pytest.mark.integration
 
 SCHEDULE = "nightly"
-NAMES = ["nightly-1", "nightly-2", "nightly-3", "nightly-4"]
+NAMES = ["nightly-1", "nightly-2", "nightly-3", "nightly-4", "nightly-5"]
+SLOWER = NAMES[3]
 
 
 def _create_finished_session(local_cluster, namespace: str, name: str, job) -> None:
@@ -88,7 +92,10 @@ def test_a_slower_scheduled_session_is_a_regression_that_names_compute(
         },
     }
     local_cluster.kubectl("apply", "-f", "-", input=json.dumps(schedule))
-    jobs = [job_summary(seed) for seed in (1, 2, 3)] + [job_summary(4, compute=75.0)]
+    jobs = [job_summary(seed) for seed in (1, 2, 3)] + [
+        job_summary(4, compute=75.0),
+        job_summary(5),
+    ]
     for name, job in zip(NAMES, jobs, strict=True):
         _create_finished_session(local_cluster, namespace, name, job)
         # The schedule orders its sessions by creationTimestamp, which has whole seconds.
@@ -98,13 +105,22 @@ def test_a_slower_scheduled_session_is_a_regression_that_names_compute(
     process = audited_operator(env, tmp_path / "operator.log")
     process.start()
     try:
-        newest = wait_until(
-            lambda: _comparison(local_cluster, namespace, NAMES[-1]),
+        # One pass judges every session and writes lastVerdict last, after all its Events.
+        wait_until(
+            lambda: (
+                json.loads(
+                    local_cluster.kubectl(
+                        "get", "profileschedule", SCHEDULE, "-n", namespace, "-o", "json"
+                    ).stdout
+                ).get("status")
+                or {}
+            ).get("lastVerdict"),
             120,
-            "the newest session's baselineComparison",
+            "the schedule's last verdict",
             interval=1,
         )
-        earlier = [_comparison(local_cluster, namespace, name) for name in NAMES[:-1]]
+        comparisons = [_comparison(local_cluster, namespace, name) for name in NAMES]
+        earlier, slower, after = comparisons[:3], comparisons[3], comparisons[4]
         events = json.loads(
             local_cluster.kubectl(
                 "get",
@@ -116,19 +132,6 @@ def test_a_slower_scheduled_session_is_a_regression_that_names_compute(
                 "json",
             ).stdout
         )["items"]
-        wait_until(
-            lambda: (
-                json.loads(
-                    local_cluster.kubectl(
-                        "get", "profileschedule", SCHEDULE, "-n", namespace, "-o", "json"
-                    ).stdout
-                ).get("status")
-                or {}
-            ).get("lastVerdict"),
-            60,
-            "the schedule's last verdict",
-            interval=1,
-        )
         schedule_status = json.loads(
             local_cluster.kubectl(
                 "get", "profileschedule", SCHEDULE, "-n", namespace, "-o", "json"
@@ -153,20 +156,26 @@ def test_a_slower_scheduled_session_is_a_regression_that_names_compute(
         assert comparison["reason"] == f"baseline has {count} good session{plural}; 3 needed"
         assert "stepTimeDeltaPct" not in comparison and "pValue" not in comparison
 
-    assert newest["verdict"] == "regression", newest
-    assert newest["session"] == NAMES[-2]
-    assert newest["baselineSessions"] == [NAMES[2], NAMES[1], NAMES[0]]
-    assert 10 < newest["stepTimeDeltaPct"] < 25 and newest["ciLowPct"] > 0
-    assert newest["explanation"].startswith("slower by") and "compute" in newest["explanation"]
+    assert slower["verdict"] == "regression", slower
+    assert slower["session"] == NAMES[2]
+    assert slower["baselineSessions"] == [NAMES[2], NAMES[1], NAMES[0]]
+    assert 10 < slower["stepTimeDeltaPct"] < 25 and slower["ciLowPct"] > 0
+    assert slower["explanation"].startswith("slower by") and "compute" in slower["explanation"]
     regression = [e for e in events if e["reason"] == "Regression"]
     assert len(regression) == 1
-    assert regression[0]["message"].startswith(f"session {NAMES[-1]}: slower by")
+    assert regression[0]["message"].startswith(f"session {SLOWER}: slower by")
     assert "compute" in regression[0]["message"]
+    assert schedule_status["lastRegression"]["session"] == SLOWER
     too_small = [e for e in events if e["reason"] == "BaselineTooSmall"]
     assert len(too_small) == 3 and "3 needed" in too_small[0]["message"]
-    assert schedule_status["lastVerdict"] == "regression"
+
+    # The session after the slower one is back to the baseline's step time.
+    assert after["verdict"] == "unchanged", after
+    recovered = [e for e in events if e["reason"] == "Recovered"]
+    assert len(recovered) == 1 and recovered[0]["message"].startswith(f"session {NAMES[4]}:")
+    assert schedule_status["lastVerdict"] == "unchanged"
     regressed = next(c for c in schedule_status["conditions"] if c["type"] == "Regressed")
-    assert regressed["status"] == "True" and regressed["reason"] == "Regression"
+    assert regressed["status"] == "False" and regressed["reason"] == "Recovered"
 
     samples = {
         (sample.name, tuple(sorted(sample.labels.items()))): sample.value
@@ -181,6 +190,7 @@ def test_a_slower_scheduled_session_is_a_regression_that_names_compute(
         for (name, key), value in samples.items()
         if name == "stepscope_schedule_verdicts_total"
     }
-    assert by_verdict == {"inconclusive": 3, "regression": 1}
+    assert by_verdict == {"inconclusive": 3, "regression": 1, "unchanged": 1}
+    # The gauge holds the newest measured session's change.
     delta = samples[("stepscope_schedule_step_time_delta_percent", labels)]
-    assert delta == pytest.approx(newest["stepTimeDeltaPct"], abs=0.01)
+    assert delta == pytest.approx(after["stepTimeDeltaPct"], abs=0.01)
