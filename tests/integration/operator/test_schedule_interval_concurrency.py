@@ -5,7 +5,9 @@ pods) until its timeout: exactly what a long capture looks like to the schedule.
 concurrencyPolicy Forbid the next ticks are skipped with an Event and no second session
 appears; switched to Replace, the next tick deletes the running session and creates a new
 one. `kubectl get profileschedules` shows target, last session and age. The API server
-itself rejects a schedule with both cron and every, and an interval under 10 s.
+itself rejects a schedule with both cron and every, and an interval under 10 s. A schedule
+whose last handled tick is two minutes old when the operator starts (it was down) gets one
+session for the latest tick and a MissedSchedule Event for the ticks in between.
 
 Bounded by design: every wait is for a count of ticks of a 10 s interval.
 """
@@ -13,9 +15,11 @@ Bounded by design: every wait is for a count of ticks of a 10 s interval.
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from support import wait_until
+from support.operator_helpers import audited_operator, operator_env, patch_status
 
 pytestmark = pytest.mark.integration
 
@@ -136,3 +140,38 @@ def test_an_interval_schedule_forbids_then_replaces_a_running_session(
         s for s in _sessions(local_cluster, namespace) if not s["metadata"].get("deletionTimestamp")
     ]
     assert len(running) == 1, [s["metadata"]["name"] for s in running]
+
+
+def test_ticks_missed_while_the_operator_was_down_are_skipped_not_piled_up(
+    local_cluster, session_crds, namespace, tmp_path
+):
+    local_cluster.kubectl("apply", "-f", "-", input=json.dumps(_schedule("Forbid", namespace)))
+    down_since = datetime.now(UTC) - timedelta(minutes=2)
+    patch_status(
+        local_cluster,
+        "profileschedule",
+        namespace,
+        NAME,
+        {"lastTickTime": down_since.isoformat().replace("+00:00", "Z")},
+    )
+    process = audited_operator(
+        operator_env(local_cluster, STEPSCOPE_WATCH_NAMESPACE=namespace),
+        tmp_path / "operator.log",
+    )
+    process.start()
+    try:
+        missed = wait_until(
+            lambda: _events(local_cluster, namespace, "MissedSchedule"),
+            60,
+            "the MissedSchedule Event",
+            interval=1,
+        )
+        sessions = _sessions(local_cluster, namespace)
+    finally:
+        process.stop()
+        print(process.logs()[-4000:])
+    # Two minutes of a 10 s interval: about 12 ticks, of which only the latest ran.
+    count = int(missed[0]["message"].split()[0])
+    assert 10 <= count <= 30, missed[0]["message"]
+    assert "missed and skipped" in missed[0]["message"]
+    assert len(sessions) == 1, [s["metadata"]["name"] for s in sessions]
