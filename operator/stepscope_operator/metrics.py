@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge, start_http_server
 
+from stepscope.api.session_status import ProfileSessionStatus
+
 SESSIONS_FINISHED = Counter(
     "stepscope_sessions_finished_total",
     "ProfileSessions that reached a final phase.",
@@ -29,6 +31,45 @@ LAST_STEP_TIME_DELTA = Gauge(
     "Median step time of a schedule's newest judged session against its baseline, percent.",
     ["namespace", "schedule"],
 )
+
+
+# Per target: a job's name is one series however many sessions profile it.
+SESSION_STEP_TIME = Gauge(
+    "stepscope_session_step_time_seconds",
+    "Step time of the target's newest finished session, by quantile (0.5, 0.95).",
+    ["namespace", "target", "quantile"],
+)
+SESSION_BREAKDOWN = Gauge(
+    "stepscope_session_breakdown_ratio",
+    "Share of the step in each category for the target's newest finished session (0..1).",
+    ["namespace", "target", "category"],
+)
+CAPTURE_BYTES = Counter(
+    "stepscope_capture_bytes_total",
+    "Bytes of artifacts stored by finished sessions.",
+    ["namespace"],
+)
+
+_CATEGORIES = ("compute", "exposed_communication", "data_loading", "host_overhead", "idle")
+
+
+def record_finished_session(namespace: str, target: str, status: ProfileSessionStatus) -> None:
+    """The numbers of a session that reached a final phase; what it did not measure stays
+    unset rather than written as 0."""
+    summary = status.summary
+    if summary is not None and summary.step_time_ms is not None:
+        for quantile, value in (
+            ("0.5", summary.step_time_ms.p50),
+            ("0.95", summary.step_time_ms.p95),
+        ):
+            SESSION_STEP_TIME.labels(namespace, target, quantile).set(value / 1000.0)
+    if summary is not None and summary.breakdown is not None:
+        for category in _CATEGORIES:
+            share = getattr(summary.breakdown, category) / 100.0
+            SESSION_BREAKDOWN.labels(namespace, target, category).set(share)
+    stored = status.artifacts.size_bytes if status.artifacts is not None else None
+    if stored:
+        CAPTURE_BYTES.labels(namespace).inc(stored)
 
 
 def serve_metrics(port: int, address: str) -> None:
