@@ -16,6 +16,7 @@ from stepscope.analysis.trace_input import loads_bounded
 from stepscope.api import agent as wire
 from stepscope_operator.call_signing import AgentKeyring
 from stepscope_operator.fanout import FanOut, RetryPolicy
+from stepscope_operator.metrics import AGENT_CALL_FAILURES
 
 # Agents run in tenants' pods, so their replies are untrusted input to the shared
 # operator. The largest honest reply is a capture status carrying the summaries of every
@@ -51,6 +52,13 @@ class CallTiming:
 
     sent_wall: float = 0.0
     round_trip_s: float = 0.0
+
+
+def _call_name(method: str, path: str) -> str:
+    """The agent call as a bounded metric label: the path holds a capture id."""
+    if path == wire.STATUS_PATH:
+        return "status"
+    return {"POST": "arm", "DELETE": "cancel"}.get(method, "capture")
 
 
 def _is_transient(exc: Exception) -> bool:
@@ -125,6 +133,7 @@ class AgentClient:
         try:
             return await self._fan_out.run(attempt, _is_transient)
         except AgentError as exc:
+            AGENT_CALL_FAILURES.labels(self._namespace, _call_name(method, path)).inc()
             if made < 2:
                 raise
             raise AgentError(

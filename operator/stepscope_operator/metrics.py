@@ -7,7 +7,7 @@ would grow forever).
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge, start_http_server
+from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
 from stepscope.api.session_status import ProfileSessionStatus
 
@@ -48,6 +48,18 @@ CAPTURE_BYTES = Counter(
     "stepscope_capture_bytes_total",
     "Bytes of artifacts stored by finished sessions.",
     ["namespace"],
+)
+
+ARM_DURATION = Histogram(
+    "stepscope_arm_duration_seconds",
+    "Time to arm every reachable agent of a session for its window (the fan-out).",
+    ["namespace"],
+    buckets=(0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0),
+)
+AGENT_CALL_FAILURES = Counter(
+    "stepscope_agent_call_failures_total",
+    "Agent calls that failed after their retries, by call (status, arm, capture, cancel).",
+    ["namespace", "call"],
 )
 
 _CATEGORIES = ("compute", "exposed_communication", "data_loading", "host_overhead", "idle")

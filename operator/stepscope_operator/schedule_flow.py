@@ -16,7 +16,7 @@ from stepscope.api.schedule import (
 )
 from stepscope.api.session import describe_target
 from stepscope.api.session_status import Reason
-from stepscope_operator.baselines import judge_session
+from stepscope_operator.baselines import DEFAULT_BASELINE_SESSIONS, judge_session
 from stepscope_operator.comparing import MIN_BASELINE_SESSIONS, Comparison, noise_band_pct
 from stepscope_operator.context import OperatorContext
 from stepscope_operator.metrics import LAST_STEP_TIME_DELTA, REGRESSIONS, VERDICTS
@@ -55,7 +55,8 @@ async def reconcile_schedule(ctx: OperatorContext, body: dict[str, Any]) -> str:
     last_regression, notes = await judge_new_sessions(ctx, body, spec, writer, kept)
     tick_note = await handle_due_tick(ctx, body, spec, writer, active)
     history = history_of(kept)
-    medians = baseline_medians(kept)
+    # The baseline the next session will be judged against: the newest good sessions.
+    medians = baseline_medians(kept)[:DEFAULT_BASELINE_SESSIONS]
     await writer.write(
         target=describe_target(spec.session_template.target),
         active=[s["metadata"]["name"] for s in active][:MAX_ACTIVE_LISTED],

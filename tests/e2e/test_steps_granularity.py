@@ -76,5 +76,7 @@ def test_steps_tier_session_succeeds_with_step_times(e2e_cluster, namespace, ope
         summary["stepTimeMs"]["p50"] / 1000
     )
     assert values[("stepscope_sessions_finished_total", "Succeeded")] == 1
+    # One arming fan-out, over all four agents.
+    assert values[("stepscope_arm_duration_seconds_count", None)] == 1
     assert not any(s.name == "stepscope_session_breakdown_ratio" for s in samples)
     assert {s.labels.get("target") for s in samples if "target" in s.labels} == {"pytorchjob/ddp"}

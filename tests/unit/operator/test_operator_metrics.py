@@ -1,6 +1,7 @@
 """A finished session's numbers become per-target gauges, in base units, and what the
 session did not measure is never written as zero."""
 
+import asyncio
 import uuid
 
 from prometheus_client import REGISTRY
@@ -53,3 +54,37 @@ def test_a_session_without_a_summary_sets_no_gauge():
     assert (
         REGISTRY.get_sample_value("stepscope_capture_bytes_total", {"namespace": namespace}) is None
     )
+
+
+def test_an_agent_call_that_fails_after_its_retries_is_counted_by_call():
+    asyncio.run(_refused_calls_are_counted())
+
+
+async def _refused_calls_are_counted():
+    import aiohttp
+    from stepscope_operator.agent_client import AgentClient, AgentError
+    from stepscope_operator.call_signing import AgentKeyring
+    from stepscope_operator.fanout import FanOut, RetryPolicy
+    from support import free_port
+
+    namespace = f"ns-{uuid.uuid4().hex[:6]}"
+    retries = RetryPolicy(attempts=2, base_delay_s=0.01, max_delay_s=0.02)
+    async with aiohttp.ClientSession() as http:
+        client = AgentClient(
+            http,
+            AgentKeyring.generate(),
+            namespace,
+            free_port(),
+            timeout_s=2.0,
+            fan_out=FanOut(max_in_flight=4, retry=retries),
+        )
+        # Nothing listens on 127.0.0.78: the connection is refused, as by a crashed sidecar.
+        for _ in range(2):
+            try:
+                await client.status("trainer-0", "127.0.0.78")
+            except AgentError:
+                pass
+            else:
+                raise AssertionError("a refused call must raise AgentError")
+    failures = {"namespace": namespace, "call": "status"}
+    assert REGISTRY.get_sample_value("stepscope_agent_call_failures_total", failures) == 2
