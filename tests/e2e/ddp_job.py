@@ -2,7 +2,9 @@
 
 It knows nothing of stepscope: the injected hook finds its optimizer steps. ``--slow-rank``
 makes one rank sleep longer each step, so the others wait for it at the all-reduce and the
-analysis has a straggler to find.
+analysis has a straggler to find. ``--extra-compute-file`` names a file the test rewrites
+while the job runs: each step reads milliseconds of extra matrix products to do in the
+forward pass from it, so a test can slow the job's compute and restore it.
 """
 
 import argparse
@@ -14,12 +16,28 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 
+def _extra_compute(path: str) -> None:
+    """Matrix products for as many milliseconds as the knob file says (0 when absent)."""
+    if not path:
+        return
+    try:
+        with open(path) as knob:
+            milliseconds = float(knob.read().strip() or 0)
+    except (OSError, ValueError):
+        return
+    block = torch.ones(96, 96)
+    deadline = time.perf_counter() + milliseconds / 1000.0
+    while time.perf_counter() < deadline:
+        torch.mm(block, block)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--step-sleep", type=float, default=0.05)
     parser.add_argument("--slow-rank", type=int, default=-1)
     parser.add_argument("--slow-extra", type=float, default=0.0)
+    parser.add_argument("--extra-compute-file", default="")
     args = parser.parse_args()
 
     torch.set_num_threads(1)
@@ -34,6 +52,7 @@ def main() -> None:
     for _ in range(args.steps):
         optimizer.zero_grad()
         loss = torch.nn.functional.cross_entropy(model(inputs), targets)
+        _extra_compute(args.extra_compute_file)
         # The sleep stands in for data loading / compute that differs per rank; it sits
         # before backward so the slow rank reaches the all-reduce late.
         time.sleep(args.step_sleep + (args.slow_extra if rank == args.slow_rank else 0.0))
