@@ -73,6 +73,8 @@ def _schedule(policy: str, namespace: str, **spec: object) -> dict:
 def test_the_api_server_rejects_a_bad_interval(local_cluster, session_crds, namespace):
     for spec, words in (
         ({"every": "5s"}, "every must be from 10s to 168h"),
+        ({"every": "169h"}, "every must be from 10s to 168h"),
+        ({"every": "7d"}, "every must be a positive duration"),
         ({"schedule": "* * * * *"}, "set exactly one of schedule"),
     ):
         result = local_cluster.kubectl(
@@ -83,6 +85,15 @@ def test_the_api_server_rejects_a_bad_interval(local_cluster, session_crds, name
             check=False,
         )
         assert result.returncode != 0 and words in result.stderr, result.stderr
+    # The bounds themselves are accepted (server-side dry run: nothing is created).
+    for every in ("10s", "168h"):
+        local_cluster.kubectl(
+            "apply",
+            "--dry-run=server",
+            "-f",
+            "-",
+            input=json.dumps(_schedule("Forbid", namespace, every=every)),
+        )
 
 
 def test_an_interval_schedule_forbids_then_replaces_a_running_session(
