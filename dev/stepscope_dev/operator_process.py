@@ -38,6 +38,10 @@ def operator_env(cluster: Any, keyring: AgentKeyring, **extra: str) -> dict[str,
     env = {k: v for k, v in os.environ.items() if not k.startswith(("STEPSCOPE_", "AWS_"))}
     env.update(cluster.env())
     env[OPERATOR_ENV["agent_signing_keys_dir"]] = str(write_agent_keys(cluster, keyring))
+    # Metrics are on by default; here on loopback, on a port of their own, so several
+    # operators (tests running side by side) never fight over one.
+    env[OPERATOR_ENV["metrics_port"]] = str(free_port())
+    env[OPERATOR_ENV["metrics_listen_address"]] = "127.0.0.1"
     env.update(PYTHONUNBUFFERED="1")
     env.update(extra)
     return env

@@ -17,6 +17,7 @@ from stepscope.api import agent as wire
 from stepscope.api.hang_dump import HANG_DUMPS_PATH, HangDumpRequest, PodHangDumps
 from stepscope_operator.call_signing import AgentKeyring
 from stepscope_operator.fanout import FanOut, RetryPolicy
+from stepscope_operator.metrics import AGENT_CALL_FAILURES
 
 # Agents run in tenants' pods, so their replies are untrusted input to the shared
 # operator. The largest honest reply is a capture status carrying the summaries of every
@@ -52,6 +53,13 @@ class CallTiming:
 
     sent_wall: float = 0.0
     round_trip_s: float = 0.0
+
+
+def _call_name(method: str, path: str) -> str:
+    """The agent call as a bounded metric label: the path holds a capture id."""
+    if path == wire.STATUS_PATH:
+        return "status"
+    return {"POST": "arm", "DELETE": "cancel"}.get(method, "capture")
 
 
 def _is_transient(exc: Exception) -> bool:
@@ -135,6 +143,7 @@ class AgentClient:
         try:
             return await self._fan_out.run(attempt, _is_transient)
         except AgentError as exc:
+            AGENT_CALL_FAILURES.labels(self._namespace, _call_name(method, path)).inc()
             if made < 2:
                 raise
             raise AgentError(

@@ -20,7 +20,7 @@ from stepscope_operator.agent_client import AgentClient
 from stepscope_operator.buckets import Buckets
 from stepscope_operator.fanout import FanOut, RetryPolicy
 from stepscope_operator.kubeapi import KubeApi
-from stepscope_operator.metrics import SESSIONS_FINISHED
+from stepscope_operator.metrics import SESSIONS_FINISHED, record_finished_session
 from stepscope_operator.planning import WindowPlan
 from stepscope_operator.retention import final_artifacts, grants_expire_at
 from stepscope_operator.settings import OperatorSettings, session_retention
@@ -214,6 +214,7 @@ class StatusWriter:
         )
         if changed and is_final(phase):
             SESSIONS_FINISHED.labels(self.view.namespace, phase).inc()
+            record_finished_session(self.view.namespace, self.view.target_text, self.status)
         if changed:
             kind, event_reason, event_message = phase_event(phase, ready_message)
             await self.ctx.kube.post_event(self.view.body, kind, event_reason, event_message)

@@ -50,8 +50,9 @@ CLEANUP = "Cleanup"
 # The check itself is free (the `when` filter reads the object kopf already has); only an
 # expired session costs S3 calls, so checking often keeps expiry close to expiresAt.
 EXPIRY_SWEEP_SECONDS = 20.0
-# Cron has minute resolution; checking schedules a few times a minute is on time enough.
-SCHEDULE_SYNC_SECONDS = 15.0
+# Cron has minute resolution, `every` 10 s at the finest: checking every 5 s starts an
+# interval schedule's session within half its shortest period. Each check is one list call.
+SCHEDULE_SYNC_SECONDS = 5.0
 
 
 @kopf.on.startup()
@@ -73,7 +74,12 @@ async def configure(
     settings.networking.request_timeout = operator_settings.kube_request_timeout_seconds
     api_client = load_api_client()
     if operator_settings.metrics_port:
-        serve_metrics(operator_settings.metrics_port)
+        serve_metrics(operator_settings.metrics_port, operator_settings.metrics_listen_address)
+        logger.info(
+            "metrics on http://%s:%d/metrics",
+            operator_settings.metrics_listen_address,
+            operator_settings.metrics_port,
+        )
     buckets = connect_buckets(operator_settings)
     if operator_settings.s3_lifecycle_rule:
         rule = lifecycle_rule(

@@ -10,6 +10,10 @@ from stepscope.api.session_status import Reason
 from stepscope_operator.context import OperatorContext
 from stepscope_operator.status import READY, set_condition
 
+# True while the newest measured verdict of the schedule is a regression; a later measured
+# verdict that is not one sets it False with reason Recovered.
+REGRESSED = "Regressed"
+
 
 @dataclass
 class ScheduleStatusWriter:
@@ -28,9 +32,20 @@ class ScheduleStatusWriter:
 
     def set_ready(self, status: str, reason: Reason, message: str) -> None:
         """Set the Ready condition; its lastTransitionTime moves only when it flips."""
+        self.set_condition(READY, status, reason, message)
+
+    def condition_is(self, type_: str, status: str) -> bool:
+        return any(c.type == type_ and c.status == status for c in self.status.conditions)
+
+    def update(self, **fields: Any) -> None:
+        """Change status fields (snake_case names) to be written by `write`."""
+        self.status = self.status.model_copy(update=fields)
+
+    def set_condition(self, type_: str, status: str, reason: Reason, message: str) -> None:
+        """Set one condition; its lastTransitionTime moves only when it flips."""
         conditions = set_condition(
             self.status.conditions,
-            READY,
+            type_,
             status,
             reason,
             message,

@@ -9,6 +9,7 @@ plan persisted before the old capture is cancelled, so a restart resumes the new
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 from stepscope.api.rank_ranges import pod_ranges
@@ -21,6 +22,7 @@ from stepscope_operator.context import (
     save_plan,
 )
 from stepscope_operator.following import PodObservation
+from stepscope_operator.metrics import ARM_DURATION
 from stepscope_operator.planning import (
     LeadWindow,
     PlanningError,
@@ -50,6 +52,7 @@ async def arm_record(
     pods = {
         pod: ts for pod, ts in group_by_pod(record.targets).items() if pod not in record.unreachable
     }
+    started = time.monotonic()
     results = await asyncio.gather(
         *(
             arm_pod(
@@ -68,6 +71,7 @@ async def arm_record(
         ),
         return_exceptions=True,
     )
+    ARM_DURATION.labels(view.namespace).observe(time.monotonic() - started)
     for pod, result in zip(pods, results, strict=True):
         if isinstance(result, Exception):
             record.unreachable[pod] = f"arming failed: {result}"

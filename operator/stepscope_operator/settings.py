@@ -35,6 +35,8 @@ from stepscope.api.session import MAX_RETENTION
 from stepscope_operator.call_signing import AgentKeyring, KeyringError
 
 CONFIG_FILE_ENV = "STEPSCOPE_OPERATOR_CONFIG"
+# Prometheus's own conventional port; 8080 is kopf's liveness endpoint in the chart.
+DEFAULT_METRICS_PORT = 9090
 
 # Field name -> environment variable. One line per setting; docs/operator-settings.md
 # lists the same table for users.
@@ -69,6 +71,7 @@ ENV: dict[str, str] = {
     "max_bytes_per_rank": "STEPSCOPE_MAX_BYTES_PER_RANK",
     "max_concurrent_sessions": "STEPSCOPE_MAX_CONCURRENT_SESSIONS",
     "metrics_port": "STEPSCOPE_METRICS_PORT",
+    "metrics_listen_address": "STEPSCOPE_METRICS_ADDRESS",
     "artifacts_port": "STEPSCOPE_ARTIFACTS_PORT",
     "artifacts_listen_address": "STEPSCOPE_ARTIFACTS_ADDRESS",
     "artifacts_tls_dir": "STEPSCOPE_ARTIFACTS_TLS_DIR",
@@ -354,12 +357,17 @@ class OperatorSettings(BaseModel):
         "backstop for sessions the operator never cleaned up. At least 366, one day past "
         "the longest retention a session may ask for.",
     )
-    metrics_port: int | None = Field(
-        None,
-        ge=1,
+    metrics_port: int = Field(
+        DEFAULT_METRICS_PORT,
+        ge=0,
         le=65535,
         description="Port of the Prometheus /metrics endpoint (sessions by final phase, "
-        "regressions per schedule); unset serves none.",
+        "schedule verdicts and regressions, step-time deltas); 0 serves none.",
+    )
+    metrics_listen_address: str = Field(
+        "0.0.0.0",
+        description="Address the metrics endpoint binds; the chart's Service reaches it on the "
+        "pod IP, the local control plane uses 127.0.0.1.",
     )
 
     artifacts_port: int | None = Field(

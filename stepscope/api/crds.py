@@ -79,20 +79,36 @@ PROFILE_SCHEDULE = ResourceKind(
     plural="profileschedules",
     short_names=("psched",),
     columns=(
+        _column("Target", ".status.target", "The profiled job, as kind/name."),
         _column("Schedule", ".spec.schedule", "When sessions are created (cron, UTC)."),
-        _column("Suspend", ".spec.suspend", "Whether new sessions are held back.", type_="boolean"),
+        _column("Every", ".spec.every", "The interval sessions are created at."),
+        _column("Last session", ".status.lastSession", "The session created last."),
+        _column(
+            "Last verdict",
+            ".status.lastVerdict",
+            "The newest judged session against the baseline.",
+        ),
+        _AGE,
+        _column(
+            "Suspend",
+            ".spec.suspend",
+            "Whether new sessions are held back.",
+            type_="boolean",
+            priority=1,
+        ),
         _column(
             "Last schedule",
             ".status.lastScheduleTime",
             "Time since the last session.",
             type_="date",
+            priority=1,
         ),
         _column(
             "Last regression",
             ".status.lastRegression.session",
             "The last session slower than the baseline.",
+            priority=1,
         ),
-        _AGE,
     ),
 )
 

@@ -250,6 +250,40 @@ def duration_at_most(name: str, limit: timedelta, why: str) -> CelRule:
     )
 
 
+def duration_between(name: str, low: timedelta, high: timedelta, why: str) -> CelRule:
+    """A duration accepted by `duration` from `low` to `high`, both inclusive; whole seconds.
+
+    Text that is not a duration passes, so `duration` alone reports it.
+    """
+    bounded = re.compile(BOUNDED_DURATION_PATTERN)
+    plain = re.compile(DURATION_PATTERN)
+    low_s, high_s = int(low.total_seconds()), int(high.total_seconds())
+
+    def check(value: str) -> bool:
+        if not plain.fullmatch(value) or not re.search("[1-9]", value):
+            return True
+        return bool(bounded.fullmatch(value)) and low <= parse_duration(value) <= high
+
+    return CelRule(
+        cel=(
+            f"!self.matches({_cel_string(DURATION_PATTERN)}) || !self.matches('[1-9]') || "
+            f"(self.matches({_cel_string(BOUNDED_DURATION_PATTERN)}) && "
+            f"duration(self) >= duration('{low_s}s') && duration(self) <= duration('{high_s}s'))"
+        ),
+        message=f"{name} must be from {_spoken(low)} to {_spoken(high)} ({why})",
+        check=check,
+    )
+
+
+def _spoken(span: timedelta) -> str:
+    seconds = int(span.total_seconds())
+    if seconds % 3600 == 0:
+        return f"{seconds // 3600}h"
+    if seconds % 60 == 0:
+        return f"{seconds // 60}m"
+    return f"{seconds}s"
+
+
 def parse_duration(text: str) -> timedelta:
     """Turn a duration accepted by `duration` ("1h30m") into a `timedelta`."""
     found = re.fullmatch(r"(?:([0-9]+)h)?(?:([0-9]+)m)?(?:([0-9]+)s)?", text)

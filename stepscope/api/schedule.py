@@ -1,4 +1,5 @@
-"""ProfileSchedule: create ProfileSessions on a cron schedule and watch for regressions.
+"""ProfileSchedule: create ProfileSessions on a cron schedule or a fixed interval and watch
+for regressions.
 
 It works like a CronJob creating Jobs: each tick stamps a ProfileSession out of
 `spec.sessionTemplate`; the schedule keeps a rolling baseline of recent sessions and marks
@@ -7,19 +8,43 @@ a session whose step time is significantly slower than the baseline as a regress
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
+from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, StrictBool, StrictFloat, StrictInt, StrictStr
 
 from stepscope.api.base import ApiModel
 from stepscope.api.meta import MAX_CONDITIONS, Condition
-from stepscope.api.rules import CRON_MAX_LENGTH, CRON_PATTERN, CelRule, in_range, matches
+from stepscope.api.rules import (
+    CRON_MAX_LENGTH,
+    CRON_PATTERN,
+    CelRule,
+    duration,
+    duration_between,
+    in_range,
+    matches,
+)
 from stepscope.api.session import API_VERSION, ProfileSessionSpec
-from stepscope.api.session_status import POD_NAME_MAX_LENGTH, Phase
+from stepscope.api.session_status import POD_NAME_MAX_LENGTH, TARGET_MAX_LENGTH, Phase, Verdict
+from stepscope.api.text import BoundedText
 
 MAX_HISTORY_LIMIT = 100
 MAX_ACTIVE_LISTED = 10
+# A session plans, arms and captures over several agent round trips and at least a few
+# training steps; ticks closer than this would only ever be skipped.
+MIN_EVERY = timedelta(seconds=10)
+# One week: longer intervals are what cron is for.
+MAX_EVERY = timedelta(hours=168)
+DEFAULT_STARTING_DEADLINE_SECONDS = 60
+MAX_STARTING_DEADLINE_SECONDS = 86400
+
+
+class ConcurrencyPolicy(StrEnum):
+    """What a tick does while a session of the same schedule still runs."""
+
+    FORBID = "Forbid"
+    REPLACE = "Replace"
 
 
 class RegressionPolicy(ApiModel):
@@ -50,22 +75,74 @@ class ProfileScheduleSpec(ApiModel):
             check=lambda spec: spec.session_template.window.start_step is None,
             field_path=".sessionTemplate.window.startStep",
         ),
+        CelRule(
+            cel="has(self.schedule) != has(self.every)",
+            message=(
+                "set exactly one of schedule (a cron expression such as '0 */6 * * *') or "
+                "every (an interval such as 30s or 6h)"
+            ),
+            check=lambda spec: (spec.schedule is None) != (spec.every is None),
+        ),
     )
 
-    schedule: Annotated[
-        StrictStr,
-        matches(
-            "schedule",
-            CRON_PATTERN,
-            CRON_MAX_LENGTH,
-            "a cron expression of five fields, minute hour day-of-month month day-of-week, "
-            "such as '0 */6 * * *' (every six hours)",
-        ),
-    ] = Field(
+    schedule: (
+        Annotated[
+            StrictStr,
+            matches(
+                "schedule",
+                CRON_PATTERN,
+                CRON_MAX_LENGTH,
+                "a cron expression of five fields, minute hour day-of-month month day-of-week, "
+                "such as '0 */6 * * *' (every six hours)",
+            ),
+        ]
+        | None
+    ) = Field(
+        None,
         description=(
             "Desired state. When to create a session, as a five-field cron expression in "
-            "UTC, such as '0 */6 * * *'. Required."
-        )
+            "UTC, such as '0 */6 * * *'. Exactly one of schedule or every is set."
+        ),
+    )
+    every: (
+        Annotated[
+            StrictStr,
+            duration("every"),
+            duration_between("every", MIN_EVERY, MAX_EVERY, "a session needs time to run"),
+        ]
+        | None
+    ) = Field(
+        None,
+        description=(
+            "Desired state. Create a session at this fixed interval instead of on a cron "
+            "schedule, such as 30s, 10m or 6h (ticks fall on multiples of the interval "
+            "since the Unix epoch). 10s to 168h. Exactly one of schedule or every is set."
+        ),
+    )
+    concurrency_policy: ConcurrencyPolicy = Field(
+        ConcurrencyPolicy.FORBID,
+        description=(
+            "Desired state. What a tick does while a session of this schedule still runs: "
+            "Forbid skips the tick (with an Event), Replace deletes the running session and "
+            "creates a new one. Two sessions never profile the same job at once. "
+            "Default: Forbid."
+        ),
+    )
+    starting_deadline_seconds: Annotated[
+        StrictInt,
+        in_range(
+            "startingDeadlineSeconds",
+            1,
+            MAX_STARTING_DEADLINE_SECONDS,
+            "how late a tick may still start a session",
+        ),
+    ] = Field(
+        DEFAULT_STARTING_DEADLINE_SECONDS,
+        description=(
+            "Desired state. A tick the operator reaches later than this (it was down or "
+            "busy) is skipped with an Event instead of starting a session late; missed "
+            "ticks never pile up. 1 to 86400. Default: 60."
+        ),
     )
     session_template: ProfileSessionSpec = Field(
         description=(
@@ -155,6 +232,27 @@ class ProfileScheduleStatus(ApiModel):
     last_successful_time: datetime | None = Field(
         None, description="Observed state. When a session last succeeded (RFC 3339)."
     )
+    last_tick_time: datetime | None = Field(
+        None,
+        description=(
+            "Observed state. The last tick handled, by a session or by skipping it (RFC 3339)."
+        ),
+    )
+    target: BoundedText(TARGET_MAX_LENGTH) | None = Field(
+        None,
+        description="Observed state. The profiled job, as kind/name, for the Target column.",
+    )
+    last_session: str | None = Field(
+        None,
+        max_length=POD_NAME_MAX_LENGTH,
+        description="Observed state. The session this schedule created last.",
+    )
+    last_verdict: Verdict | None = Field(
+        None,
+        description=(
+            "Observed state. The verdict of the newest judged session against the baseline."
+        ),
+    )
     active: list[Annotated[str, Field(max_length=POD_NAME_MAX_LENGTH)]] = Field(
         default_factory=list,
         max_length=MAX_ACTIVE_LISTED,
@@ -183,8 +281,9 @@ class ProfileScheduleStatus(ApiModel):
 
 
 class ProfileSchedule(ApiModel):
-    """ProfileSchedule creates ProfileSessions on a cron schedule, keeps a rolling baseline of
-    their step times, and reports sessions that are significantly slower as regressions."""
+    """ProfileSchedule creates ProfileSessions on a cron schedule or a fixed interval, keeps a
+    rolling baseline of their step times, and reports sessions that are significantly slower
+    as regressions."""
 
     api_version: Literal["stepscope.dev/v1alpha1"] = API_VERSION
     kind: Literal["ProfileSchedule"] = "ProfileSchedule"

@@ -128,6 +128,11 @@ class Reason(StrEnum):
     SUSPENDED = "Suspended"
     SESSION_CREATED = "SessionCreated"
     REGRESSION = "Regression"
+    RECOVERED = "Recovered"
+    BASELINE_TOO_SMALL = "BaselineTooSmall"
+    MISSED_SCHEDULE = "MissedSchedule"
+    TICK_SKIPPED = "TickSkipped"
+    SESSION_REPLACED = "SessionReplaced"
 
 
 Bottleneck = Literal[

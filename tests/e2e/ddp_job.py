@@ -4,7 +4,9 @@ It knows nothing of stepscope: the injected hook finds its optimizer steps. ``--
 makes one rank sleep longer each step, so the others wait for it at the all-reduce and the
 analysis has a straggler to find. ``--block-rank`` makes one rank's data loading wait at
 step ``--block-at-step`` for a file nobody creates, so the job hangs with the others inside
-the all-reduce, for the hang checks to find.
+the all-reduce, for the hang checks to find. ``--extra-compute-file`` names a file the test
+rewrites while the job runs: each step reads milliseconds of extra matrix products to do in
+the forward pass from it, so a test can slow the job's compute and restore it.
 """
 
 import argparse
@@ -23,6 +25,21 @@ def load_batch(step: int, rank: int, args: argparse.Namespace) -> None:
             time.sleep(0.1)  # the blocking line a hang check names
 
 
+def _extra_compute(path: str) -> None:
+    """Matrix products for as many milliseconds as the knob file says (0 when absent)."""
+    if not path:
+        return
+    try:
+        with open(path) as knob:
+            milliseconds = float(knob.read().strip() or 0)
+    except (OSError, ValueError):
+        return
+    block = torch.ones(96, 96)
+    deadline = time.perf_counter() + milliseconds / 1000.0
+    while time.perf_counter() < deadline:
+        torch.mm(block, block)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=1000)
@@ -32,6 +49,7 @@ def main() -> None:
     parser.add_argument("--block-rank", type=int, default=-1)
     parser.add_argument("--block-at-step", type=int, default=-1)
     parser.add_argument("--block-file", default="/nonexistent/stepscope-e2e-unblock")
+    parser.add_argument("--extra-compute-file", default="")
     args = parser.parse_args()
 
     torch.set_num_threads(1)
@@ -47,6 +65,7 @@ def main() -> None:
         load_batch(step, rank, args)
         optimizer.zero_grad()
         loss = torch.nn.functional.cross_entropy(model(inputs), targets)
+        _extra_compute(args.extra_compute_file)
         # The sleep stands in for data loading / compute that differs per rank; it sits
         # before backward so the slow rank reaches the all-reduce late.
         time.sleep(args.step_sleep + (args.slow_extra if rank == args.slow_rank else 0.0))

@@ -4,9 +4,11 @@ with step times in status and the tier's limits said, not a 0% communication cla
 from __future__ import annotations
 
 import json
+import urllib.request
 
 import pytest
 from e2e_helpers import apply, profile_session, pytorchjob, running_pods
+from prometheus_client.parser import text_string_to_metric_families
 from support import wait_until
 from support.operator_helpers import get_session, session_phase
 
@@ -58,3 +60,23 @@ def test_steps_tier_session_succeeds_with_step_times(e2e_cluster, namespace, ope
     )
     assert {rank["kind"] for rank in job["ranks"]} == {"step-timings"}
     assert all(len(rank["steps"]) == 5 for rank in job["ranks"])
+
+    # The operator's metrics endpoint (on by default) holds this session's numbers, per
+    # target, in seconds; a breakdown it did not measure is absent, not 0.
+    url = f"http://127.0.0.1:{operator_process.env['STEPSCOPE_METRICS_PORT']}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as response:
+        samples = [
+            sample
+            for family in text_string_to_metric_families(response.read().decode())
+            for sample in family.samples
+            if sample.labels.get("namespace") == namespace
+        ]
+    values = {(s.name, s.labels.get("quantile") or s.labels.get("phase")): s.value for s in samples}
+    assert values[("stepscope_session_step_time_seconds", "0.5")] == pytest.approx(
+        summary["stepTimeMs"]["p50"] / 1000
+    )
+    assert values[("stepscope_sessions_finished_total", "Succeeded")] == 1
+    # One arming fan-out, over all four agents.
+    assert values[("stepscope_arm_duration_seconds_count", None)] == 1
+    assert not any(s.name == "stepscope_session_breakdown_ratio" for s in samples)
+    assert {s.labels.get("target") for s in samples if "target" in s.labels} == {"pytorchjob/ddp"}

@@ -400,13 +400,20 @@ def test_schedule_printer_columns(crds_installed, namespace) -> None:
     )
     assert [column["name"] for column in found["columnDefinitions"]] == [
         "Name",
+        "Target",
         "Schedule",
+        "Every",
+        "Last session",
+        "Last verdict",
+        "Age",
         "Suspend",
         "Last schedule",
         "Last regression",
-        "Age",
     ]
-    assert found["rows"][0]["cells"][:3] == ["ddp-demo-baseline", "0 */6 * * *", False]
+    # No status yet: the operator fills Target, Last session and Last verdict.
+    cells = found["rows"][0]["cells"]
+    assert cells[0] == "ddp-demo-baseline" and cells[2] == "0 */6 * * *"
+    assert cells[7] is False
 
 
 def test_explain_shows_the_field_docs(crds_installed) -> None:

@@ -236,6 +236,10 @@ def test_schedule_status_round_trips(crds_installed, namespace) -> None:
             "observedGeneration": 1,
             "lastScheduleTime": NOW,
             "lastSuccessfulTime": NOW,
+            "lastTickTime": NOW,
+            "target": "pytorchjob/llama",
+            "lastSession": "nightly-29000000",
+            "lastVerdict": "regression",
             "active": ["nightly-29000000"],
             "history": [
                 {

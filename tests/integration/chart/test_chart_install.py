@@ -44,6 +44,7 @@ from chart_cluster import (
 )
 from chart_operator_process import start_chart_operator
 from cryptography import x509
+from prometheus_client.parser import text_string_to_metric_families
 from stepscope_dev.podrunner import start_podrunner
 from stepscope_operator.agent_contract import AGENT_CONTAINER_NAME, HOOK_DIR
 from stepscope_operator.injection import INJECT_LABEL, INJECTED_LABEL
@@ -70,9 +71,11 @@ def release(local_cluster, tmp_path_factory):
     )
     webhook_port = free_port()
     artifacts_port = free_port()
+    metrics_port = free_port()
     values = {
         "operator": {"replicas": 0},
         "artifacts": {"port": artifacts_port, "listenAddress": "127.0.0.1"},
+        "metrics": {"port": metrics_port, "listenAddress": "127.0.0.1"},
         "webhook": {
             "url": f"https://127.0.0.1:{webhook_port}",
             "listenAddress": "127.0.0.1",
@@ -107,6 +110,7 @@ def release(local_cluster, tmp_path_factory):
         "workdir": workdir,
         "webhook_port": webhook_port,
         "artifacts_port": artifacts_port,
+        "metrics_port": metrics_port,
         "values_file": values_file,
         "install_output": installed.stdout,
         "operator": None,
@@ -408,6 +412,20 @@ def test_artifact_endpoint_serves_https_on_the_charts_certificate(webhook_operat
         urllib.request.urlopen(url, timeout=10, context=context)
     assert refused.value.code == 401
     assert b"no bearer token" in refused.value.read()
+
+
+def test_the_charts_metrics_service_serves_the_operators_metrics(webhook_operator, release):
+    """The chart's metrics Service targets the operator's metrics port, and that port serves
+    Prometheus text the official parser reads, holding the operator's own families."""
+    cluster = release["cluster"]
+    service = get_json(cluster, "-n", NAMESPACE, "service", f"{RELEASE}-metrics")
+    [port] = service["spec"]["ports"]
+    assert (port["port"], port["targetPort"]) == (release["metrics_port"], "metrics")
+    wait_for_port(release["metrics_port"])
+    url = f"http://127.0.0.1:{release['metrics_port']}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as response:
+        families = {f.name for f in text_string_to_metric_families(response.read().decode())}
+    assert {"stepscope_sessions_finished", "stepscope_regressions"} <= families
 
 
 def test_pods_are_created_unchanged_while_the_operator_is_down(webhook_operator, release):

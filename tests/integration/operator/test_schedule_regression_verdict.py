@@ -1,19 +1,24 @@
 """A schedule's regression verdict against the real API server, S3 and operator process.
 
-Four finished sessions of one schedule exist before the operator starts, each with its
-summary.json in S3: three with the same step times, the newest with 15 ms more compute per
-step. The operator judges each against the good sessions before it: the first three are
-inconclusive (the baseline is too small, and says so, with no number), the newest is a
-regression whose explanation names compute, its baseline names the three real sessions,
-and a Regression Event carries the explanation's first line.
+Five finished sessions of one schedule exist before the operator starts, each with its
+summary.json in S3: three with the same step times, then one with 15 ms more compute per
+step, then one like the first three again. The operator judges each against the good
+sessions before it: the first three are inconclusive (the baseline is too small, and says
+so, with no number, in BaselineTooSmall Events), the fourth is a regression whose
+explanation names compute, its baseline names the three real sessions, and a Regression
+Event carries the explanation's first line; the fifth is unchanged, which posts Recovered
+and turns the schedule's Regressed condition False. The operator's metrics endpoint counts
+the verdicts.
 """
 
 from __future__ import annotations
 
 import json
 import time
+import urllib.request
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from support import wait_until
 from support.operator_helpers import audited_operator, operator_env, raw_trace_imports
 from support.synthetic_jobs import job_summary
@@ -21,7 +26,8 @@ from support.synthetic_jobs import job_summary
 pytestmark = pytest.mark.integration
 
 SCHEDULE = "nightly"
-NAMES = ["nightly-1", "nightly-2", "nightly-3", "nightly-4"]
+NAMES = ["nightly-1", "nightly-2", "nightly-3", "nightly-4", "nightly-5"]
+SLOWER = NAMES[3]
 
 
 def _create_finished_session(local_cluster, namespace: str, name: str, job) -> None:
@@ -86,25 +92,35 @@ def test_a_slower_scheduled_session_is_a_regression_that_names_compute(
         },
     }
     local_cluster.kubectl("apply", "-f", "-", input=json.dumps(schedule))
-    jobs = [job_summary(seed) for seed in (1, 2, 3)] + [job_summary(4, compute=75.0)]
+    jobs = [job_summary(seed) for seed in (1, 2, 3)] + [
+        job_summary(4, compute=75.0),
+        job_summary(5),
+    ]
     for name, job in zip(NAMES, jobs, strict=True):
         _create_finished_session(local_cluster, namespace, name, job)
         # The schedule orders its sessions by creationTimestamp, which has whole seconds.
         time.sleep(1.1)
 
-    process = audited_operator(
-        operator_env(local_cluster, STEPSCOPE_WATCH_NAMESPACE=namespace),
-        tmp_path / "operator.log",
-    )
+    env = operator_env(local_cluster, STEPSCOPE_WATCH_NAMESPACE=namespace)
+    process = audited_operator(env, tmp_path / "operator.log")
     process.start()
     try:
-        newest = wait_until(
-            lambda: _comparison(local_cluster, namespace, NAMES[-1]),
+        # One pass judges every session and writes lastVerdict last, after all its Events.
+        wait_until(
+            lambda: (
+                json.loads(
+                    local_cluster.kubectl(
+                        "get", "profileschedule", SCHEDULE, "-n", namespace, "-o", "json"
+                    ).stdout
+                ).get("status")
+                or {}
+            ).get("lastVerdict"),
             120,
-            "the newest session's baselineComparison",
+            "the schedule's last verdict",
             interval=1,
         )
-        earlier = [_comparison(local_cluster, namespace, name) for name in NAMES[:-1]]
+        comparisons = [_comparison(local_cluster, namespace, name) for name in NAMES]
+        earlier, slower, after = comparisons[:3], comparisons[3], comparisons[4]
         events = json.loads(
             local_cluster.kubectl(
                 "get",
@@ -116,6 +132,19 @@ def test_a_slower_scheduled_session_is_a_regression_that_names_compute(
                 "json",
             ).stdout
         )["items"]
+        schedule_status = json.loads(
+            local_cluster.kubectl(
+                "get", "profileschedule", SCHEDULE, "-n", namespace, "-o", "json"
+            ).stdout
+        )["status"]
+        describe = local_cluster.kubectl(
+            "describe", "profileschedule", SCHEDULE, "-n", namespace
+        ).stdout
+        print(describe)
+        # Metrics are on by default: the operator's own endpoint, scraped as Prometheus would.
+        metrics_url = f"http://127.0.0.1:{env['STEPSCOPE_METRICS_PORT']}/metrics"
+        with urllib.request.urlopen(metrics_url, timeout=10) as response:
+            scraped = response.read().decode()
     finally:
         process.stop()
         print(process.logs()[-6000:])
@@ -127,12 +156,41 @@ def test_a_slower_scheduled_session_is_a_regression_that_names_compute(
         assert comparison["reason"] == f"baseline has {count} good session{plural}; 3 needed"
         assert "stepTimeDeltaPct" not in comparison and "pValue" not in comparison
 
-    assert newest["verdict"] == "regression", newest
-    assert newest["session"] == NAMES[-2]
-    assert newest["baselineSessions"] == [NAMES[2], NAMES[1], NAMES[0]]
-    assert 10 < newest["stepTimeDeltaPct"] < 25 and newest["ciLowPct"] > 0
-    assert newest["explanation"].startswith("slower by") and "compute" in newest["explanation"]
+    assert slower["verdict"] == "regression", slower
+    assert slower["session"] == NAMES[2]
+    assert slower["baselineSessions"] == [NAMES[2], NAMES[1], NAMES[0]]
+    assert 10 < slower["stepTimeDeltaPct"] < 25 and slower["ciLowPct"] > 0
+    assert slower["explanation"].startswith("slower by") and "compute" in slower["explanation"]
     regression = [e for e in events if e["reason"] == "Regression"]
     assert len(regression) == 1
-    assert regression[0]["message"].startswith(f"session {NAMES[-1]}: slower by")
+    assert regression[0]["message"].startswith(f"session {SLOWER}: slower by")
     assert "compute" in regression[0]["message"]
+    assert schedule_status["lastRegression"]["session"] == SLOWER
+    too_small = [e for e in events if e["reason"] == "BaselineTooSmall"]
+    assert len(too_small) == 3 and "3 needed" in too_small[0]["message"]
+
+    # The session after the slower one is back to the baseline's step time.
+    assert after["verdict"] == "unchanged", after
+    recovered = [e for e in events if e["reason"] == "Recovered"]
+    assert len(recovered) == 1 and recovered[0]["message"].startswith(f"session {NAMES[4]}:")
+    assert schedule_status["lastVerdict"] == "unchanged"
+    regressed = next(c for c in schedule_status["conditions"] if c["type"] == "Regressed")
+    assert regressed["status"] == "False" and regressed["reason"] == "Recovered"
+
+    samples = {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(scraped)
+        for sample in family.samples
+        if sample.labels.get("namespace") == namespace
+    }
+    labels = (("namespace", namespace), ("schedule", SCHEDULE))
+    assert samples[("stepscope_regressions_total", labels)] == 1
+    by_verdict = {
+        dict(key)["verdict"]: value
+        for (name, key), value in samples.items()
+        if name == "stepscope_schedule_verdicts_total"
+    }
+    assert by_verdict == {"inconclusive": 3, "regression": 1, "unchanged": 1}
+    # The gauge holds the newest measured session's change.
+    delta = samples[("stepscope_schedule_step_time_delta_percent", labels)]
+    assert delta == pytest.approx(after["stepTimeDeltaPct"], abs=0.01)

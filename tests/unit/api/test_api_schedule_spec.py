@@ -83,3 +83,33 @@ def test_bad_schedule_names_field(document: dict, location: str, words: str) -> 
     assert len(errors) == 1, errors
     assert ".".join(str(part) for part in errors[0]["loc"]) == location
     assert words in errors[0]["msg"]
+
+
+@pytest.mark.parametrize(
+    ("document", "location", "words"),
+    [
+        ({"every": "5s"}, "every", "from 10s to 168h"),
+        ({"every": "169h"}, "every", "from 10s to 168h"),
+        ({"every": "30"}, "every", "positive duration"),
+        ({"every": "2d"}, "every", "positive duration"),
+        ({"every": "30s", "schedule": "* * * * *"}, "", "exactly one of schedule"),
+        ({}, "", "exactly one of schedule"),
+        ({"every": "30s", "concurrencyPolicy": "Allow"}, "concurrencyPolicy", "Forbid"),
+        ({"every": "30s", "startingDeadlineSeconds": 0}, "startingDeadlineSeconds", "1 and 86400"),
+    ],
+)
+def test_bad_interval_names_field(document: dict, location: str, words: str) -> None:
+    with pytest.raises(ValidationError) as caught:
+        ProfileScheduleSpec.model_validate({"sessionTemplate": TEMPLATE, **document})
+    errors = caught.value.errors()
+    assert len(errors) == 1, errors
+    assert ".".join(str(part) for part in errors[0]["loc"]) == location
+    assert words in errors[0]["msg"]
+
+
+@pytest.mark.parametrize("every", ["10s", "30s", "1m30s", "6h", "168h"])
+def test_an_interval_replaces_cron(every: str) -> None:
+    spec = ProfileScheduleSpec.model_validate({"every": every, "sessionTemplate": TEMPLATE})
+    assert spec.every == every and spec.schedule is None
+    assert spec.concurrency_policy == "Forbid" and spec.starting_deadline_seconds == 60
+    assert "schedule" not in spec.to_wire()

@@ -25,7 +25,9 @@ def test_endpoint_is_on_by_default_with_the_webhook_certificate(tmp_path):
     assert env[ENV["artifact_link_seconds"]] == "120"
     assert MOUNT in {m["mountPath"] for m in container["volumeMounts"]}
     assert {"name": "artifacts", "containerPort": 9555, "protocol": "TCP"} in container["ports"]
-    [service] = by_kind(objects, "Service")
+    [service] = [
+        s for s in by_kind(objects, "Service") if not s["metadata"]["name"].endswith("-metrics")
+    ]
     assert {"name": "artifacts", "port": 9555, "targetPort": "artifacts", "protocol": "TCP"} in (
         service["spec"]["ports"]
     )

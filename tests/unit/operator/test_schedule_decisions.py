@@ -1,11 +1,16 @@
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from stepscope_operator.scheduling import (
+    MAX_MISSED_COUNTED,
     SCHEDULE_LABEL,
     ScheduleError,
+    TickAction,
     baseline_medians,
+    due_ticks,
     latest_due_tick,
+    next_tick_of,
+    plan_tick,
     session_for_tick,
     split_sessions,
 )
@@ -66,3 +71,75 @@ def test_history_keeps_the_newest_finished_sessions():
     assert [s["metadata"]["name"] for s in kept] == ["c", "b"]
     assert [s["metadata"]["name"] for s in expired] == ["a"]
     assert baseline_medians(kept) == [110]
+
+
+TEMPLATE = {"target": {"pytorchJob": "llama"}}
+
+
+def _spec(**fields):
+    return ProfileScheduleSpec.model_validate({"sessionTemplate": TEMPLATE, **fields})
+
+
+def test_interval_ticks_sit_on_multiples_of_the_interval():
+    spec = _spec(every="30s")
+    assert due_ticks(spec, since=at(0), now=at(0, 29)) == (0, None)
+    assert due_ticks(spec, since=at(0), now=at(0, 30)) == (1, at(0, 30))
+    assert due_ticks(spec, since=at(0, 30), now=at(2, 10)) == (3, at(2))
+    assert next_tick_of(spec, at(2, 10)) == at(2, 30)
+    assert next_tick_of(spec, at(2, 30)) == at(3)
+
+
+def test_a_due_tick_creates_a_session_and_the_missed_ones_are_counted_not_run():
+    spec = _spec(every="30s")
+    plan = plan_tick(spec, since=at(0), now=at(0, 31), running=False)
+    assert (plan.action, plan.tick, plan.missed) == (TickAction.CREATE, at(0, 30), 0)
+    # Down for two minutes: one session for the latest tick, the four before it skipped.
+    plan = plan_tick(spec, since=at(0), now=at(2, 40), running=False)
+    assert (plan.action, plan.tick, plan.missed) == (TickAction.CREATE, at(2, 30), 4)
+    assert plan.lateness == timedelta(seconds=10)
+    assert plan_tick(spec, since=at(2, 30), now=at(2, 40), running=False).action is TickAction.NONE
+
+
+def test_a_tick_later_than_the_deadline_is_skipped():
+    spec = _spec(schedule="0 * * * *", startingDeadlineSeconds=120)
+    on_time = plan_tick(spec, since=at(0), now=T + timedelta(hours=1, minutes=2), running=False)
+    assert on_time.action is TickAction.CREATE
+    late = plan_tick(spec, since=at(0), now=T + timedelta(hours=3, minutes=5), running=False)
+    assert (late.action, late.tick, late.missed) == (
+        TickAction.SKIP_LATE,
+        T + timedelta(hours=3),
+        2,
+    )
+    assert late.lateness == timedelta(minutes=5)
+
+
+def test_missed_cron_ticks_are_counted_up_to_a_bound():
+    spec = _spec(schedule="* * * * *")
+    count, latest = due_ticks(spec, since=T, now=T + timedelta(days=30))
+    assert count == MAX_MISSED_COUNTED + 1 and latest == T + timedelta(days=30)
+
+
+def test_concurrency_policy_decides_a_tick_while_a_session_runs():
+    forbid = plan_tick(_spec(every="1m"), since=at(0), now=at(1, 5), running=True)
+    assert (forbid.action, forbid.tick) == (TickAction.SKIP_BUSY, at(1))
+    replace = plan_tick(
+        _spec(every="1m", concurrencyPolicy="Replace"), since=at(0), now=at(1, 5), running=True
+    )
+    assert (replace.action, replace.tick) == (TickAction.REPLACE, at(1))
+    idle = plan_tick(
+        _spec(every="1m", concurrencyPolicy="Replace"), since=at(0), now=at(1, 5), running=False
+    )
+    assert idle.action is TickAction.CREATE
+
+
+def test_a_suspended_schedule_lets_ticks_pass_quietly():
+    plan = plan_tick(_spec(every="30s", suspend=True), since=at(0), now=at(5), running=False)
+    assert (plan.action, plan.tick, plan.missed) == (TickAction.SUSPENDED, at(5), 0)
+
+
+def test_interval_sessions_are_named_per_second():
+    schedule = {"metadata": {"name": "fast", "namespace": "team-a", "uid": "u-1"}}
+    first = session_for_tick(schedule, _spec(every="30s"), at(1))
+    second = session_for_tick(schedule, _spec(every="30s"), at(1, 30))
+    assert first["metadata"]["name"] == f"fast-{int(at(1).timestamp())}"
+    assert first["metadata"]["name"] != second["metadata"]["name"]
