@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 import json
+import sys
 import threading
+import time
 
 from stepscope_agent import hang_capture
 
 from stepscope.api.hang_dump import RankDump
+
+
+def _functions_of(thread_id: int) -> set[str]:
+    frame, names = sys._current_frames().get(thread_id), set()
+    while frame is not None:
+        names.add(frame.f_code.co_name)
+        frame = frame.f_back
+    return names
 
 
 def test_a_dump_from_a_side_thread_shows_the_blocked_main_thread_and_validates():
@@ -15,9 +25,16 @@ def test_a_dump_from_a_side_thread_shows_the_blocked_main_thread_and_validates()
     parked = threading.Thread(target=released.wait, name="parked-worker", daemon=True)
     parked.start()
     result: dict = {}
-    dumper = threading.Thread(
-        target=lambda: result.update(hang_capture.capture_rank_dump(3, 42, 17, 1.5e9))
-    )
+    waiting = threading.current_thread().ident
+
+    def dump_once_blocked() -> None:
+        # Dump only once this thread is inside join(), not still in start().
+        deadline = time.monotonic() + 30
+        while "join" not in _functions_of(waiting) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        result.update(hang_capture.capture_rank_dump(3, 42, 17, 1.5e9))
+
+    dumper = threading.Thread(target=dump_once_blocked)
     dumper.start()
     dumper.join(30)
     released.set()
