@@ -3,49 +3,65 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
-import threading
-import time
 
 from stepscope_agent import hang_capture
 
 from stepscope.api.hang_dump import RankDump
 
+# Run in a fresh interpreter: a test process holds whatever threads earlier tests left,
+# and the dump keeps at most MAX_THREADS of them.
+DUMP_WHILE_JOINING = """
+import json, sys, threading, time
+from stepscope_agent import hang_capture
 
-def _functions_of(thread_id: int) -> set[str]:
+def functions_of(thread_id):
     frame, names = sys._current_frames().get(thread_id), set()
     while frame is not None:
         names.add(frame.f_code.co_name)
         frame = frame.f_back
     return names
 
+def dump_once_blocked(waiting, result):
+    # Dump only once the main thread is inside join(), not still starting this thread.
+    deadline = time.monotonic() + 30
+    while "join" not in functions_of(waiting) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    result.update(hang_capture.capture_rank_dump(3, 42, 17, 1.5e9))
 
-def test_a_dump_from_a_side_thread_shows_the_blocked_main_thread_and_validates():
+def wait_for_the_dumper():
     released = threading.Event()
-    parked = threading.Thread(target=released.wait, name="parked-worker", daemon=True)
-    parked.start()
-    result: dict = {}
-    waiting = threading.current_thread().ident
-
-    def dump_once_blocked() -> None:
-        # Dump only once this thread is inside join(), not still in start().
-        deadline = time.monotonic() + 30
-        while "join" not in _functions_of(waiting) and time.monotonic() < deadline:
-            time.sleep(0.01)
-        result.update(hang_capture.capture_rank_dump(3, 42, 17, 1.5e9))
-
-    dumper = threading.Thread(target=dump_once_blocked)
+    threading.Thread(target=released.wait, name="parked-worker", daemon=True).start()
+    result = {}
+    dumper = threading.Thread(
+        target=dump_once_blocked, args=(threading.get_ident(), result), name="dumper"
+    )
     dumper.start()
     dumper.join(30)
     released.set()
-    dump = RankDump.model_validate(result)
+    print(json.dumps(result))
+
+wait_for_the_dumper()
+"""
+
+
+def test_a_dump_from_a_side_thread_shows_the_blocked_main_thread_and_validates():
+    run = subprocess.run(
+        [sys.executable, "-c", DUMP_WHILE_JOINING],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    dump = RankDump.model_validate(json.loads(run.stdout.splitlines()[-1]))
     assert (dump.rank, dump.pid, dump.step, dump.answered) == (3, 42, 17, True)
     names = [t.name for t in dump.threads]
     # The main thread comes first; the dumping thread says nothing about a hang.
-    assert dump.threads[0].main and "parked-worker" in names and dumper.name not in names
-    # The main thread waits in join(), called from this test's line.
+    assert dump.threads[0].main and "parked-worker" in names and "dumper" not in names
+    # The main thread waits in join(), called from the script's function.
     functions = [f.function for f in dump.threads[0].frames]
-    assert "join" in functions and any(f.startswith("test_a_dump") for f in functions)
+    assert "join" in functions and "wait_for_the_dumper" in functions
     # No process group in this process: nothing to record, said as a note or an empty list.
     assert dump.collectives == [] and dump.groups == []
 
