@@ -6,7 +6,7 @@ sidecar serving on its own loopback address beside 8 simulated trainer ranks, al
 by one `stepscope_dev.agent_fleet.AgentFleet` in this process (no thread per pod or rank);
 and the real operator process, started afresh for each N so its peak RSS is that session's.
 At the ops tier every rank's window ends with a real recorded trace perturbed for that
-rank (`stepscope_dev.fleet_traces`): one straggler (`--scenario straggler`), the 8 ranks of
+rank (`stepscope_dev.fleet_traces`): one straggler (scenario `straggler`), the 8 ranks of
 one slow node (`slow-node`) or neither (`noise`). The sidecars summarise and upload them;
 the operator merges the summaries; the analysis Job, run by the pod runner, builds the
 merged trace and the report. Each N prints one JSON line:
@@ -28,9 +28,10 @@ merged trace and the report. Each N prints one JSON line:
   injected straggler (rank and pod), the injected slow node, or nothing for noise.
 * ``load_average``: the 1-minute load average at the start and at the end.
 
-The last line has the growth ratios largest N / smallest N for time and memory.
+The last line has the growth ratios largest N / smallest N (first scenario) for time and
+memory.
 
-    python bench/bench_scale.py [--ranks 8,128] [--scenario straggler] [--timeout 300]
+    python bench/bench_scale.py [--ranks 8,128] [--scenarios straggler,slow-node,noise]
 """
 
 from __future__ import annotations
@@ -98,18 +99,18 @@ def injected(scenario: str, ranks: int) -> tuple[Lateness, int | None, int | Non
         return Lateness.straggler(rank), rank, None
     if scenario == "slow-node":
         if pods < 2:
-            raise SystemExit("--scenario slow-node needs at least 16 ranks (two nodes)")
+            raise SystemExit("scenario slow-node needs at least 16 ranks (two nodes)")
         pod = pods // 2
         first = pod * RANKS_PER_POD
         return Lateness.slow_node(range(first, first + RANKS_PER_POD)), None, pod
     return Lateness.none(), None, None
 
 
-def run_one(cluster, api: k8s.ApiClient, ranks: int, args, root: Path) -> dict:
+def run_one(cluster, api: k8s.ApiClient, ranks: int, scenario: str, args, root: Path) -> dict:
     core = k8s.CoreV1Api(api)
-    namespace = f"scale-{ranks}-{args.scenario}"
+    namespace = f"scale-{ranks}-{scenario}"
     core.create_namespace({"metadata": {"name": namespace}})
-    lateness, straggler, slow_pod = injected(args.scenario, ranks)
+    lateness, straggler, slow_pod = injected(scenario, ranks)
     pods_n = max(1, ranks // RANKS_PER_POD)
     per_pod = ranks // pods_n
     fleet = AgentFleet(
@@ -145,11 +146,12 @@ def run_one(cluster, api: k8s.ApiClient, ranks: int, args, root: Path) -> dict:
     operator.start()
     try:
         line = _profile(api, namespace, ranks, fleet, args, operator)
+        line["scenario"] = scenario
     finally:
         operator.stop()
         fleet.stop()
         core.delete_namespace(namespace)
-    line.update(_verdict(line.pop("_status"), args.scenario, straggler, slow_pod))
+    line.update(_verdict(line.pop("_status"), scenario, straggler, slow_pod))
     return line
 
 
@@ -218,7 +220,6 @@ def _profile(api, namespace, ranks, fleet, args, operator) -> dict:
     return {
         "ranks": ranks,
         "pods": len(fleet.pods),
-        "scenario": args.scenario,
         "granularity": args.granularity,
         "phase": final,
         "captured": ranks_status.get("captured"),
@@ -297,13 +298,18 @@ def _between(seen: dict[str, float], first: str, then: str) -> float | None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ranks", default="8,128", help="comma-separated rank counts")
-    parser.add_argument("--scenario", choices=SCENARIOS, default="straggler")
+    parser.add_argument(
+        "--scenarios", default="straggler", help=f"comma-separated, of {', '.join(SCENARIOS)}"
+    )
     parser.add_argument("--granularity", choices=("steps", "ops"), default="ops")
     parser.add_argument("--stop-agents", type=int, default=0, help="pods whose agent stops")
     parser.add_argument("--step-seconds", type=float, default=0.5, help="the fleet's step")
     parser.add_argument("--timeout", type=float, default=300, help="seconds per session")
     args = parser.parse_args(argv)
     sizes = [int(n) for n in args.ranks.split(",")]
+    scenarios = args.scenarios.split(",")
+    if unknown := set(scenarios) - set(SCENARIOS):
+        parser.error(f"--scenarios: {sorted(unknown)} not among {', '.join(SCENARIOS)}")
     with tempfile.TemporaryDirectory(prefix="stepscope-scale-") as tmp:
         root = Path(tmp)
         cluster = start_cluster(root / "cluster", ensure_binaries(), die_with_parent=True)
@@ -319,14 +325,15 @@ def main(argv: list[str] | None = None) -> int:
             start_podrunner(cluster, die_with_parent=True)
             api = k8s_config.new_client_from_config(config_file=str(cluster.kubeconfig))
             lines = []
-            for ranks in sizes:
-                line = run_one(cluster, api, ranks, args, root)
-                lines.append(line)
-                print(json.dumps(line), flush=True)
+            for scenario in scenarios:
+                for ranks in sizes:
+                    line = run_one(cluster, api, ranks, scenario, args, root)
+                    lines.append(line)
+                    print(json.dumps(line), flush=True)
         finally:
             stop_cluster(cluster)
-    if len(lines) > 1:
-        small, large = lines[0], lines[-1]
+    if len(sizes) > 1:
+        small, large = lines[0], lines[len(sizes) - 1]
         print(json.dumps(_growth(small, large)), flush=True)
     return 0 if all(line["phase"] in ("Succeeded", "PartiallySucceeded") for line in lines) else 1
 
