@@ -1,34 +1,44 @@
-"""One session end to end at N ranks: the operator's fan-out, timings, memory and status size.
+"""One session end to end at N ranks: the operator's fan-out, timings, memory and verdict.
 
-A real API server, S3 and controller manager (the local control plane); N/8 pods as real
-API objects, each with the real agent sidecar serving on its own loopback address beside
-8 simulated trainer ranks (stepscope_dev.agent_fleet: many sidecars in this process); and
-the real operator process, started afresh for each N so its peak RSS is that session's.
-Each N prints one JSON line:
+A real API server, S3, controller manager and pod runner (the local control plane); N/8
+pods as real API objects, each bound to its own Node object, each with the real agent
+sidecar serving on its own loopback address beside 8 simulated trainer ranks, all served
+by one `stepscope_dev.agent_fleet.AgentFleet` in this process (no thread per pod or rank);
+and the real operator process, started afresh for each N so its peak RSS is that session's.
+At the ops tier every rank's window ends with a real recorded trace perturbed for that
+rank (`stepscope_dev.fleet_traces`): one straggler (scenario `straggler`), the 8 ranks of
+one slow node (`slow-node`) or neither (`noise`). The sidecars summarise and upload them;
+the operator merges the summaries; the analysis Job, run by the pod runner, builds the
+merged trace and the report. Each N prints one JSON line:
 
 * ``probe_arm_seconds``: from the session entering Planning to Armed (probe, plan, grants,
   arm every agent), as seen by polling its status every 0.1 s.
 * ``window_end_to_verdict_seconds``: from the last rank ending the window to the session's
-  final phase.
+  final phase. Its parts: ``sidecars_published_after_seconds`` (the last sidecar's upload
+  done, after window end: here N ranks' gzip and summary share 2 cores, on a cluster each
+  pod does its own), then the operator's collection and the analysis Job
+  (``analysis_job_seconds``, from the Job's own start and completion times).
 * ``operator_peak_rss_mib``: the operator process's VmHWM at the end.
-* ``status_bytes``: the session's status as JSON.
+* ``status_bytes``: the session's status as JSON; ``merged_trace_bytes``: the stored
+  merged trace.
 * ``api_requests``: requests the API server counted (apiserver_request_total) during the
-  session, less this benchmark's own status polls (the controller manager's are in it);
-  ``api_writes``: writes to sessions, events and pods among them, by verb and resource.
-* ``merged_trace_bytes`` and ``straggler_found``: null for now: the fleet's ranks take the
-  steps tier (step timings, no trace), so there is no merged trace and no collective to
-  find a straggler at. Traces from the recorded scenarios, perturbed per rank, are the next
-  step (issue 11, part 6).
+  session, less this benchmark's own status polls (the controller manager's and the pod
+  runner's are in it); ``api_writes``: writes to sessions, events and pods among them.
+* ``straggler_found`` / ``slow_node_found`` / ``clean``: whether the verdict named the
+  injected straggler (rank and pod), the injected slow node, or nothing for noise.
+* ``load_average``: the 1-minute load average at the start and at the end.
 
-The last line has the growth ratios largest N / smallest N for time and memory.
+The last line has the growth ratios largest N / smallest N (first scenario) for time and
+memory.
 
-    python bench/bench_scale.py [--ranks 8,128] [--stop-agents 0] [--timeout 300]
+    python bench/bench_scale.py [--ranks 8,128] [--scenarios straggler,slow-node,noise]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 import tempfile
@@ -38,19 +48,24 @@ from pathlib import Path
 
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
-from stepscope_dev.agent_fleet import pod_manifest, running_status, start_pod
+from stepscope_dev.agent_fleet import AgentFleet, node_manifest, pod_manifest, running_status
 from stepscope_dev.build import ensure_binaries
 from stepscope_dev.cluster import start_cluster, stop_cluster
+from stepscope_dev.fleet_traces import RECORDED_STEPS, Lateness
 from stepscope_dev.net import free_port
 from stepscope_dev.operator_process import REPO_ROOT, OperatorProcess, operator_env
+from stepscope_dev.podrunner import start_podrunner
+from stepscope_operator.buckets import connect_buckets
 from stepscope_operator.call_signing import AgentKeyring
+from stepscope_operator.settings import load_settings
+
+from stepscope.storage import SessionArtifact, session_key
 
 # The operator signs its agent calls with this keyring; the fleet trusts its public keys.
 KEYRING = AgentKeyring.generate()
 RANKS_PER_POD = 8
-# Beyond this the fleet's threads, not the operator, set the pace (docs/benchmarks.md).
-MAX_FLEET_RANKS = 256
 FINAL = ("Succeeded", "PartiallySucceeded", "Failed")
+SCENARIOS = ("straggler", "slow-node", "noise")
 _WRITES = {"POST", "PUT", "PATCH", "DELETE"}
 _OPERATOR_WRITES = {"profilesessions", "events", "pods"}
 _REQUESTS = re.compile(r"^apiserver_request_total\{([^}]*)\} (\d+(?:\.\d+)?)", re.MULTILINE)
@@ -75,29 +90,52 @@ def peak_rss_mib(pid: int) -> float:
     return float("nan")
 
 
-def run_one(cluster, api: k8s.ApiClient, ranks: int, stop_agents: int, timeout: float, root: Path):
+def injected(scenario: str, ranks: int) -> tuple[Lateness, int | None, int | None]:
+    """The lateness for `scenario` at `ranks`, the straggler's rank and the slow node's
+    pod index: away from rank 0 and the first pod, which the operator treats specially."""
+    pods = max(1, ranks // RANKS_PER_POD)
+    if scenario == "straggler":
+        rank = (5 * ranks) // 8 + 1
+        return Lateness.straggler(rank), rank, None
+    if scenario == "slow-node":
+        if pods < 2:
+            raise SystemExit("scenario slow-node needs at least 16 ranks (two nodes)")
+        pod = pods // 2
+        first = pod * RANKS_PER_POD
+        return Lateness.slow_node(range(first, first + RANKS_PER_POD)), None, pod
+    return Lateness.none(), None, None
+
+
+def run_one(cluster, api: k8s.ApiClient, ranks: int, scenario: str, args, root: Path) -> dict:
     core = k8s.CoreV1Api(api)
-    custom = k8s.CustomObjectsApi(api)
-    namespace = f"scale-{ranks}"
+    namespace = f"scale-{ranks}-{scenario}"
     core.create_namespace({"metadata": {"name": namespace}})
+    lateness, straggler, slow_pod = injected(scenario, ranks)
     pods_n = max(1, ranks // RANKS_PER_POD)
     per_pod = ranks // pods_n
-    port = free_port()
-    trusted, endpoint = KEYRING.trusted_keys_text(), cluster.s3_endpoint
-    names = [f"train-worker-{i}" for i in range(pods_n)]
-    for index, name in enumerate(names):
-        core.create_namespaced_pod(namespace, pod_manifest(name, "train", index, per_pod))
-    fleet = [
-        start_pod(n, i, per_pod, ranks, root / namespace, port, trusted, endpoint, namespace)
-        for i, n in enumerate(names)
-    ]
-    for pod in fleet:
+    fleet = AgentFleet(
+        root / namespace,
+        namespace,
+        free_port(),
+        KEYRING.trusted_keys_text(),
+        cluster.s3_endpoint,
+        step_s=args.step_seconds,
+        lateness=lateness,
+    )
+    pods = fleet.add_pods([f"train-worker-{i}" for i in range(pods_n)], per_pod)
+    existing = {n.metadata.name for n in core.list_node(label_selector="stepscope.dev/fleet").items}
+    for pod in pods:
+        if pod.node not in existing:
+            core.create_node(node_manifest(pod.node))
+        manifest = pod_manifest(pod.name, "train", pod.index, per_pod, pod.node)
+        core.create_namespaced_pod(namespace, manifest)
         core.patch_namespaced_pod_status(pod.name, namespace, {"status": running_status(pod.ip)})
+    fleet.start()
     operator = OperatorProcess(
         operator_env(
             cluster,
             KEYRING,
-            STEPSCOPE_AGENT_PORT=str(port),
+            STEPSCOPE_AGENT_PORT=str(fleet.port),
             STEPSCOPE_PLAN_MIN_STEPS="5",
             STEPSCOPE_POLL_INTERVAL_SECONDS="0.5",
             STEPSCOPE_MAX_RANKS_PER_SESSION=str(max(1024, ranks)),
@@ -107,37 +145,44 @@ def run_one(cluster, api: k8s.ApiClient, ranks: int, stop_agents: int, timeout: 
     )
     operator.start()
     try:
-        return _profile(custom, api, namespace, ranks, fleet, stop_agents, timeout, operator)
+        line = _profile(api, namespace, ranks, fleet, args, operator)
+        line["scenario"] = scenario
     finally:
         operator.stop()
-        for pod in fleet:
-            pod.stop()
+        fleet.stop()
         core.delete_namespace(namespace)
+    line.update(_verdict(line.pop("_status"), scenario, straggler, slow_pod))
+    return line
 
 
-def _profile(custom, api, namespace, ranks, fleet, stop_agents, timeout, operator) -> dict:
-    session = {
+def _session(namespace: str, args) -> dict:
+    return {
         "apiVersion": "stepscope.dev/v1alpha1",
         "kind": "ProfileSession",
         "metadata": {"name": "scale", "namespace": namespace},
         "spec": {
             "target": {"podSelector": {"matchLabels": {"app": "train"}}},
-            "granularity": "steps",
+            "granularity": args.granularity,
             "window": {
-                "steps": 5,
+                "steps": RECORDED_STEPS,
                 "warmupSteps": 0,
                 "leadSeconds": 2,
-                "timeoutSeconds": int(timeout),
+                "timeoutSeconds": int(args.timeout),
             },
         },
     }
+
+
+def _profile(api, namespace, ranks, fleet, args, operator) -> dict:
+    custom = k8s.CustomObjectsApi(api)
+    load_before = os.getloadavg()[0]
     requests_before = api_request_counts(api)
     polls = 0
     seen: dict[str, float] = {}
     custom.create_namespaced_custom_object(
-        "stepscope.dev", "v1alpha1", namespace, "profilesessions", session
+        "stepscope.dev", "v1alpha1", namespace, "profilesessions", _session(namespace, args)
     )
-    deadline = time.monotonic() + timeout + 60
+    deadline = time.monotonic() + args.timeout + 120
     status: dict = {}
     stopped = False
     while time.monotonic() < deadline:
@@ -149,8 +194,8 @@ def _profile(custom, api, namespace, ranks, fleet, stop_agents, timeout, operato
         phase = status.get("phase")
         if phase and phase not in seen:
             seen[phase] = time.time()
-        if phase == "Capturing" and stop_agents and not stopped:
-            for pod in fleet[:stop_agents]:
+        if phase == "Capturing" and args.stop_agents and not stopped:
+            for pod in fleet.pods[: args.stop_agents]:
                 pod.stop_agent()
             stopped = True
         if phase in FINAL:
@@ -169,25 +214,78 @@ def _profile(custom, api, namespace, ranks, fleet, stop_agents, timeout, operato
         if n and key.split()[0] in _WRITES and key.split()[-1] in _OPERATOR_WRITES
     }
     final = next((p for p in FINAL if p in seen), None)
-    window_end = max((r.finished_at or 0.0 for pod in fleet for r in pod.ranks), default=0.0)
+    window_end = max((r.finished_at or 0.0 for r in fleet.ranks), default=0.0)
+    published = fleet.publisher.last_done
+    ranks_status = status.get("ranks") or {}
     return {
         "ranks": ranks,
-        "pods": len(fleet),
+        "pods": len(fleet.pods),
+        "granularity": args.granularity,
         "phase": final,
-        "missing": (status.get("ranks") or {}).get("missingRanges"),
-        "failed": (status.get("ranks") or {}).get("failedRanges"),
-        "first_failure": next(iter((status.get("ranks") or {}).get("failed") or []), None),
+        "captured": ranks_status.get("captured"),
+        "missing": ranks_status.get("missingRanges"),
+        "failed": ranks_status.get("failedRanges"),
         "probe_arm_seconds": _between(seen, "Planning", "Armed"),
         "window_end_to_verdict_seconds": (
             round(seen[final] - window_end, 2) if final and window_end else None
         ),
+        "sidecars_published_after_seconds": (
+            round(published - window_end, 2) if published and window_end else None
+        ),
+        "analysis_job_seconds": _analysis_job_seconds(api, namespace),
         "operator_peak_rss_mib": peak_rss_mib(operator.pid),
         "status_bytes": len(json.dumps(status).encode()),
-        "merged_trace_bytes": None,
+        "merged_trace_bytes": _merged_trace_bytes(operator.env, status),
+        "merged_ranks": (status.get("artifacts") or {}).get("mergedRanks"),
         "api_requests": sum(requests.values()),
         "api_writes": sum(written.values()),
         "api_writes_by_resource": written,
-        "straggler_found": None,
+        "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+        "_status": status,
+    }
+
+
+def _analysis_job_seconds(api, namespace: str) -> float | None:
+    jobs = k8s.BatchV1Api(api).list_namespaced_job(namespace).items
+    for job in jobs:
+        if job.status and job.status.start_time and job.status.completion_time:
+            return round((job.status.completion_time - job.status.start_time).total_seconds(), 1)
+    return None
+
+
+def _merged_trace_bytes(env: dict[str, str], status: dict) -> int | None:
+    uri = (status.get("artifacts") or {}).get("uri")
+    if not uri:
+        return None
+    buckets = connect_buckets(load_settings(env))
+    prefix = uri.removeprefix(f"s3://{buckets.bucket}/")
+    stored = dict(buckets.list_keys(prefix))
+    return stored.get(session_key(prefix, SessionArtifact.MERGED_TRACE))
+
+
+def _verdict(status: dict, scenario: str, straggler: int | None, slow_pod: int | None) -> dict:
+    summary = status.get("summary") or {}
+    named = summary.get("straggler") or {}
+    findings = {f.get("id"): f for f in summary.get("findings") or []}
+    slow = findings.get("slow-node")
+    slow_node = f"fleet-node-{slow_pod}" if slow_pod is not None else None
+    straggler_pod = f"train-worker-{straggler // RANKS_PER_POD}" if straggler is not None else None
+    return {
+        "straggler_named": named.get("rank"),
+        "straggler_found": (
+            named.get("rank") == straggler and named.get("pod") == straggler_pod
+            if straggler is not None
+            else None
+        ),
+        "slow_node_found": (
+            slow is not None and slow_node in json.dumps(slow) if slow_node is not None else None
+        ),
+        "clean": (
+            not named and slow is None and "straggler-rank" not in findings
+            if scenario == "noise"
+            else None
+        ),
+        "findings": sorted(findings),
     }
 
 
@@ -200,17 +298,18 @@ def _between(seen: dict[str, float], first: str, then: str) -> float | None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ranks", default="8,128", help="comma-separated rank counts")
+    parser.add_argument(
+        "--scenarios", default="straggler", help=f"comma-separated, of {', '.join(SCENARIOS)}"
+    )
+    parser.add_argument("--granularity", choices=("steps", "ops"), default="ops")
     parser.add_argument("--stop-agents", type=int, default=0, help="pods whose agent stops")
+    parser.add_argument("--step-seconds", type=float, default=0.5, help="the fleet's step")
     parser.add_argument("--timeout", type=float, default=300, help="seconds per session")
-    parser.add_argument("--force", action="store_true", help=f"allow more than {MAX_FLEET_RANKS}")
     args = parser.parse_args(argv)
     sizes = [int(n) for n in args.ranks.split(",")]
-    if max(sizes) > MAX_FLEET_RANKS and not args.force:
-        parser.error(
-            f"--ranks {max(sizes)}: the agent fleet runs two threads per simulated rank, which "
-            f"past {MAX_FLEET_RANKS} ranks overloads a 2-core machine (docs/benchmarks.md); "
-            "pass --force to try anyway"
-        )
+    scenarios = args.scenarios.split(",")
+    if unknown := set(scenarios) - set(SCENARIOS):
+        parser.error(f"--scenarios: {sorted(unknown)} not among {', '.join(SCENARIOS)}")
     with tempfile.TemporaryDirectory(prefix="stepscope-scale-") as tmp:
         root = Path(tmp)
         cluster = start_cluster(root / "cluster", ensure_binaries(), die_with_parent=True)
@@ -222,16 +321,19 @@ def main(argv: list[str] | None = None) -> int:
                 "--timeout=60s",
                 "crd/profilesessions.stepscope.dev",
             )
+            # The pod runner runs the analysis Jobs' pods (the Job controller creates them).
+            start_podrunner(cluster, die_with_parent=True)
             api = k8s_config.new_client_from_config(config_file=str(cluster.kubeconfig))
             lines = []
-            for ranks in sizes:
-                line = run_one(cluster, api, ranks, args.stop_agents, args.timeout, root)
-                lines.append(line)
-                print(json.dumps(line), flush=True)
+            for scenario in scenarios:
+                for ranks in sizes:
+                    line = run_one(cluster, api, ranks, scenario, args, root)
+                    lines.append(line)
+                    print(json.dumps(line), flush=True)
         finally:
             stop_cluster(cluster)
-    if len(lines) > 1:
-        small, large = lines[0], lines[-1]
+    if len(sizes) > 1:
+        small, large = lines[0], lines[len(sizes) - 1]
         print(json.dumps(_growth(small, large)), flush=True)
     return 0 if all(line["phase"] in ("Succeeded", "PartiallySucceeded") for line in lines) else 1
 

@@ -67,14 +67,19 @@ class RankRegistry:
         os.chmod(socket_path, 0o666)  # trainers may run as another user than the sidecar
         self._on_message = on_message
         self._on_hello = on_hello
+        self._serving = False
 
     def serve_in_background(self) -> None:
+        self._serving = True
         threading.Thread(
             target=self._server.serve_forever, name="rank-registry", daemon=True
         ).start()
 
     def close(self) -> None:
-        self._server.shutdown()
+        # shutdown() waits for serve_forever to return, so only a served socket asks for it
+        # (the scale harness attaches its ranks in-process and never serves the socket).
+        if self._serving:
+            self._server.shutdown()
         self._server.server_close()
 
     def links(self) -> list[RankLink]:
@@ -84,6 +89,21 @@ class RankRegistry:
     def link(self, rank: int) -> RankLink | None:
         with self._lock:
             return self._links.get(rank)
+
+    def attach(self, link: RankLink) -> None:
+        """Register a trainer that lives in this process, as its hello on the socket would.
+        The scale harness serves many simulated ranks this way, without a connection and a
+        reader thread each; their messages then arrive through `receive`."""
+        with self._lock:
+            self._links[link.rank] = link
+        self._on_hello(link)
+
+    def receive(self, link: RankLink, message: messages.Message) -> None:
+        """One message after hello from a registered trainer."""
+        if isinstance(message, messages.Progress):
+            link.progress = message
+        else:
+            self._on_message(link, message)
 
     def _serve(self, sock, rfile) -> None:
         link = None
@@ -104,10 +124,8 @@ class RankRegistry:
                     self._on_hello(link)
                 elif link is None:
                     raise ValueError("message before hello")
-                elif isinstance(message, messages.Progress):
-                    link.progress = message
                 else:
-                    self._on_message(link, message)
+                    self.receive(link, message)
         except (OSError, ValueError) as error:
             log.warning("dropping a trainer connection: %s", error)
         finally:

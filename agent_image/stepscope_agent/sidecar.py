@@ -13,7 +13,7 @@ import statistics
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -44,11 +44,14 @@ DEADLINE_CHECK_S = 1.0
 
 
 class Agent:
-    def __init__(self, config: SidecarSettings) -> None:
+    def __init__(self, config: SidecarSettings, publisher: Executor | None = None) -> None:
         self.config = config
         self.book = CaptureBook()
         self.sampler = NvmlSampler()
-        self._publisher = ThreadPoolExecutor(PUBLISH_WORKERS, thread_name_prefix="publish")
+        # The scale harness shares one publisher among the many agents of its process.
+        self._publisher = publisher or ThreadPoolExecutor(
+            PUBLISH_WORKERS, thread_name_prefix="publish"
+        )
         self._windows_open: dict[tuple[str, int], float] = {}
         self.outbox = Path(settings.outbox_dir(config.agent_dir))
         self.outbox.mkdir(parents=True, exist_ok=True)

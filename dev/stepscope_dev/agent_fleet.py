@@ -2,39 +2,64 @@
 
 A 1024-rank job cannot run as 1024 trainer processes on two cores, yet what the operator
 meets at that scale is the sidecars: their HTTP API, their capture state machine, their
-uploads. So each simulated pod here runs the real sidecar (`stepscope_agent.sidecar.Agent`
-with its registry socket, capture book, publisher and HTTP server) on its own loopback
-address, and only the trainers are simulated: one thread per pod ends a step on every rank
-of the pod at a set rate with jitter, and each rank talks to its sidecar through the real
-trainer-side `Channel` and `StepCounter`, sending the same messages the hook sends. Ranks
-take the steps tier's capture (step timings, no trace), so publishing runs the sidecar's
-real step summary and upload code against the grants the operator made.
+uploads. So each simulated pod here is the real sidecar (`stepscope_agent.sidecar.Agent`
+with its capture book and publisher, and the real HTTP handler and call verification) on
+its own loopback address, and only the trainers are simulated.
 
-The pods exist as real API objects (`pod_manifest`, `mark_running`): a podSelector session
-finds them, reads their loopback IPs and calls the sidecars there.
+What keeps 1024 ranks light is that no thread belongs to a pod or a rank. One selector
+thread accepts the connections of every pod's listening socket and hands each request to a
+shared pool of handler threads; one publisher pool publishes every pod's finished windows;
+one thread expires every pod's capture deadlines; and one stepper thread ends a global step
+on every rank at a set rate with jitter (synchronous training keeps all ranks on one step).
+The ranks are linked to their sidecar in-process (`RankRegistry.attach`): they receive the
+sidecar's commands at step boundaries and send it the same messages the hook sends.
+
+In the ops tier each rank's window ends with the export of a real recorded trace perturbed
+for that rank (`fleet_traces`), written on the export pool (as the profiler's export runs
+beside training), so the sidecar compresses, summarises and uploads a real trace.
+
+The pods exist as real API objects (`pod_manifest`, `running_status`), each bound to its
+own Node object (`node_manifest`), so a session finds them, reads their loopback IPs, calls
+the sidecars there and knows which ranks share a node.
 """
 
 from __future__ import annotations
 
+import heapq
+import logging
 import random
+import selectors
 import threading
 import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from stepscope_agent import messages, settings
-from stepscope_agent.channel import Channel, Disconnected
+from stepscope_agent import messages
 from stepscope_agent.grant_endpoint import StorageEndpoint
-from stepscope_agent.http_api import AgentHttpServer, serve_http
+from stepscope_agent.http_api import AgentHttpServer
+from stepscope_agent.registry import RankLink
+from stepscope_agent.settings import outbox_dir
 from stepscope_agent.sidecar import Agent
 from stepscope_agent.sidecar_settings import SidecarSettings
 from stepscope_agent.stepping import StepCounter, StepRecord
 
 from stepscope.failures import FailureCode
+from stepscope_dev.fleet_traces import Lateness, RecordedTraces
+
+log = logging.getLogger(__name__)
 
 # Outside 127.0.0.0/16, the pod runner's networks, so a fleet never collides with a pod.
 FLEET_NETWORK = "127.3"
+# Threads shared by the whole fleet, whatever its size: the operator calls at most a few
+# dozen agents at once, and publishing is CPU-bound on this machine's two cores.
+HANDLER_THREADS = 32
+PUBLISH_THREADS = 4
+EXPORT_THREADS = 2
+DEADLINE_CHECK_S = 1.0
 
 
 def fleet_ip(index: int) -> str:
@@ -42,42 +67,76 @@ def fleet_ip(index: int) -> str:
     return f"{FLEET_NETWORK}.{index // 254}.{index % 254 + 1}"
 
 
+class _LocalLink(RankLink):
+    """A rank's link that delivers the sidecar's commands to the rank in this process."""
+
+    def __init__(self, rank: SimulatedRank) -> None:
+        super().__init__(rank.rank, rank.local_rank, 100_000 + rank.rank, "simulated")
+        self.inbox: deque[messages.Message] = deque()
+
+    def send(self, message: messages.Message) -> None:
+        self.inbox.append(message)
+
+
+class _TimedPool(ThreadPoolExecutor):
+    """A pool that remembers when its last task ended (the last rank's upload)."""
+
+    last_done: float | None = None
+
+    def submit(self, fn, /, *args, **kwargs):
+        def timed():
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.last_done = time.time()
+
+        return super().submit(timed)
+
+
+class _SharedServer(AgentHttpServer):
+    """The real agent HTTP server, its requests handled on the fleet's shared pool."""
+
+    request_queue_size = 128
+
+    def __init__(self, agent: Agent, config: SidecarSettings, handlers: ThreadPoolExecutor):
+        self._handlers = handlers
+        super().__init__(agent, config)
+        self.timeout = 0.1
+
+    def process_request(self, request, client_address) -> None:
+        self._handlers.submit(self.process_request_thread, request, client_address)
+
+
 @dataclass
 class SimulatedRank:
-    """One trainer rank: its step counter, its channel to the sidecar, its armed windows."""
+    """One trainer rank: its step counter, its link to the sidecar, its armed windows."""
 
     rank: int
     local_rank: int
     world_size: int
+    pod: FleetPod
     counter: StepCounter = field(init=False)
-    channel: Channel = field(init=False)
+    link: _LocalLink = field(init=False)
     windows: dict[str, messages.Arm] = field(default_factory=dict)
     records: dict[str, list[dict]] = field(default_factory=dict)
     # When this rank's last window ended (time.time()), for the benchmark's timings.
     finished_at: float | None = None
 
-    def connect(self, socket_path: str) -> None:
+    def __post_init__(self) -> None:
         self.counter = StepCounter(self._at_boundary)
-        self.channel = Channel(socket_path, self._hello, self.counter.recent)
-        self.channel.start()
+        self.link = _LocalLink(self)
 
-    def _hello(self) -> messages.Hello:
-        # A pid that no real process shares with another rank of the pod.
-        return messages.Hello(
-            rank=self.rank,
-            local_rank=self.local_rank,
-            pid=100_000 + self.rank,
-            world_size=self.world_size,
-            torch_version="simulated",
-        )
+    def _send(self, message: messages.Message) -> None:
+        self.pod.agent.registry.receive(self.link, message)
 
     def _at_boundary(self, ended: StepRecord, next_step: int) -> None:
-        """What the hook's window driver does at a step boundary, without a profiler."""
-        while self.channel.commands:
-            command = self.channel.commands.popleft()
+        """What the hook's window driver does at a step boundary, with the profiler's
+        export replaced by the recorded trace's."""
+        while self.link.inbox:
+            command = self.link.inbox.popleft()
             if isinstance(command, messages.Arm):
                 if command.start_step < next_step:
-                    self.channel.send(
+                    self._send(
                         messages.WindowFailed(
                             capture_id=command.capture_id,
                             code=FailureCode.START_PASSED,
@@ -92,29 +151,37 @@ class SimulatedRank:
                     self.records[command.capture_id] = []
             elif isinstance(command, messages.Cancel):
                 self.windows.pop(command.capture_id, None)
-            elif isinstance(command, Disconnected):
-                self.windows.clear()
         for capture_id, window in list(self.windows.items()):
             end = window.start_step + window.steps - 1
             if window.start_step <= ended.step <= end:
                 self.records[capture_id].append(ended.to_wire())
             if next_step == window.start_step:
-                self.channel.send(
-                    messages.WindowStarted(capture_id=capture_id, first_step=next_step)
-                )
+                self._send(messages.WindowStarted(capture_id=capture_id, first_step=next_step))
             if ended.step == end:
-                self.channel.send(
-                    messages.WindowFinished(
-                        capture_id=capture_id,
-                        first_step=window.start_step,
-                        last_step=end,
-                        steps=self.records.pop(capture_id),
-                        trace_file=None,
-                        export_stall_ms=0.0,
-                    )
-                )
                 del self.windows[capture_id]
                 self.finished_at = time.time()
+                self.pod.fleet.exports.submit(self._finish, window, self.records.pop(capture_id))
+
+    def _finish(self, window: messages.Arm, steps: list[dict]) -> None:
+        trace_file = None
+        fleet = self.pod.fleet
+        if window.trace:
+            path = Path(outbox_dir(self.pod.agent.config.agent_dir))
+            path = path / f"{window.capture_id}-rank-{self.rank}.json"
+            late = fleet.lateness.of(self.rank)
+            trace_file = str(
+                fleet.traces.write(path, self.rank, self.world_size, window.start_step, late)
+            )
+        self._send(
+            messages.WindowFinished(
+                capture_id=window.capture_id,
+                first_step=window.start_step,
+                last_step=window.start_step + window.steps - 1,
+                steps=steps,
+                trace_file=trace_file,
+                export_stall_ms=0.0,
+            )
+        )
 
 
 @dataclass
@@ -122,87 +189,166 @@ class FleetPod:
     """One simulated pod: the real sidecar on `ip`, and its ranks stepping beside it."""
 
     name: str
+    index: int
     ip: str
-    ranks: list[SimulatedRank]
+    node: str
+    fleet: AgentFleet
     agent: Agent
-    server: AgentHttpServer
-    step_s: float
-    jitter: float
-    _stop: threading.Event = field(default_factory=threading.Event)
-
-    def start(self) -> None:
-        threading.Thread(
-            target=self.server.serve_forever, name=f"http-{self.name}", daemon=True
-        ).start()
-        for rank in self.ranks:
-            rank.connect(settings.socket_path(self.agent.config.agent_dir))
-        threading.Thread(target=self._train, name=f"train-{self.name}", daemon=True).start()
-
-    def _train(self) -> None:
-        rng = random.Random(self.name)
-        while not self._stop.is_set():
-            time.sleep(self.step_s * rng.uniform(1 - self.jitter, 1 + self.jitter))
-            for rank in self.ranks:
-                rank.counter.explicit_step(None)
+    server: _SharedServer
+    ranks: list[SimulatedRank] = field(default_factory=list)
 
     def stop_agent(self) -> None:
         """The sidecar goes away (its port refuses connections); the ranks keep stepping."""
-        self.server.shutdown()
-        self.server.server_close()
+        self.fleet.close_server(self.server)
+
+    @property
+    def stopped(self) -> bool:
+        return self.server.socket.fileno() == -1
+
+
+class AgentFleet:
+    """`pods` real sidecars of `ranks_per_pod` simulated ranks each, on fleet addresses."""
+
+    def __init__(
+        self,
+        root: Path,
+        namespace: str,
+        port: int,
+        trusted_keys: str,
+        storage_endpoint: str,
+        *,
+        step_s: float = 0.1,
+        jitter: float = 0.1,
+        lateness: Lateness | None = None,
+    ) -> None:
+        self.root, self.namespace, self.port = root, namespace, port
+        self.trusted_keys = trusted_keys
+        self.storage_endpoint = StorageEndpoint.parse(storage_endpoint)
+        self.step_s, self.jitter = step_s, jitter
+        self.lateness = lateness or Lateness.none()
+        self.traces = RecordedTraces()
+        self.pods: list[FleetPod] = []
+        self.handlers = ThreadPoolExecutor(HANDLER_THREADS, thread_name_prefix="fleet-http")
+        self.publisher = _TimedPool(PUBLISH_THREADS, thread_name_prefix="fleet-publish")
+        self.exports = ThreadPoolExecutor(EXPORT_THREADS, thread_name_prefix="fleet-export")
+        self._selector = selectors.DefaultSelector()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self.global_step = 0
+
+    def add_pods(self, names: list[str], ranks_per_pod: int) -> list[FleetPod]:
+        world = (len(self.pods) + len(names)) * ranks_per_pod
+        for name in names:
+            index = len(self.pods)
+            node = f"fleet-node-{index}"
+            config = SidecarSettings(
+                agent_dir=self.root / name,
+                host=fleet_ip(index),
+                port=self.port,
+                trusted_keys=self.trusted_keys,
+                storage_endpoint=self.storage_endpoint,
+                pod=name,
+                namespace=self.namespace,
+                node=node,
+                log_level="WARNING",
+            )
+            config.agent_dir.mkdir(parents=True, exist_ok=True)
+            agent = Agent(config, publisher=self.publisher)
+            server = _SharedServer(agent, config, self.handlers)
+            pod = FleetPod(name, index, config.host, node, self, agent, server)
+            base = len(self.pods) * ranks_per_pod
+            for local in range(ranks_per_pod):
+                rank = SimulatedRank(base + local, local, world, pod)
+                rank.counter.set_global_step(self.global_step)
+                pod.ranks.append(rank)
+                agent.registry.attach(rank.link)
+            with self._lock:
+                self._selector.register(server.socket, selectors.EVENT_READ, server)
+            self.pods.append(pod)
+        return self.pods[-len(names) :]
+
+    @property
+    def ranks(self) -> list[SimulatedRank]:
+        return [rank for pod in self.pods for rank in pod.ranks]
+
+    def start(self) -> None:
+        for target, name in (
+            (self._serve, "fleet-accept"),
+            (self._train, "fleet-steps"),
+            (self._watch_deadlines, "fleet-deadlines"),
+        ):
+            threading.Thread(target=target, name=name, daemon=True).start()
+
+    def close_server(self, server: _SharedServer) -> None:
+        with self._lock:
+            if server.socket.fileno() != -1:
+                self._selector.unregister(server.socket)
+                server.server_close()
 
     def stop(self) -> None:
         self._stop.set()
-        if self.server.socket.fileno() != -1:
-            self.stop_agent()
-        self.agent.registry.close()
+        for pod in self.pods:
+            self.close_server(pod.server)
+            pod.agent.registry.close()
+        for pool in (self.exports, self.handlers, self.publisher):
+            pool.shutdown(wait=False, cancel_futures=True)
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            for key, _ in self._selector.select(timeout=0.2):
+                with self._lock:
+                    server = key.data
+                    if server.socket.fileno() == -1:
+                        continue
+                    try:
+                        server.handle_request()
+                    except OSError as error:
+                        log.warning("accepting for %s failed: %s", server.server_address, error)
+
+    def _train(self) -> None:
+        """End a global step on every rank, every `step_s` give or take `jitter`."""
+        rng = random.Random(self.namespace)
+        due: list[float] = [time.monotonic()]
+        while not self._stop.is_set():
+            next_at = heapq.heappop(due) + self.step_s * rng.uniform(
+                1 - self.jitter, 1 + self.jitter
+            )
+            heapq.heappush(due, next_at)
+            time.sleep(max(0.0, next_at - time.monotonic()))
+            self.global_step += 1
+            for pod in list(self.pods):
+                for rank in pod.ranks:
+                    rank.counter.explicit_step(None)
+                    rank.link.progress = rank.counter.recent()
+
+    def _watch_deadlines(self) -> None:
+        while not self._stop.wait(DEADLINE_CHECK_S):
+            now = datetime.now(UTC)
+            for pod in list(self.pods):
+                pod.agent.book.expire(now)
 
 
-def start_pod(
-    name: str,
-    index: int,
-    ranks_per_pod: int,
-    world_size: int,
-    root: Path,
-    port: int,
-    trusted_keys: str,
-    storage_endpoint: str,
-    namespace: str,
-    step_s: float = 0.1,
-    jitter: float = 0.1,
-) -> FleetPod:
-    config = SidecarSettings(
-        agent_dir=root / name,
-        host=fleet_ip(index),
-        port=port,
-        trusted_keys=trusted_keys,
-        storage_endpoint=StorageEndpoint.parse(storage_endpoint),
-        pod=name,
-        namespace=namespace,
-        node="fleet-node",
-        log_level="WARNING",
-    )
-    config.agent_dir.mkdir(parents=True, exist_ok=True)
-    agent = Agent(config)
-    agent.registry.serve_in_background()
-    threading.Thread(target=agent.watch_deadlines, name=f"deadlines-{name}", daemon=True).start()
-    ranks = [
-        SimulatedRank(rank=index * ranks_per_pod + local, local_rank=local, world_size=world_size)
-        for local in range(ranks_per_pod)
-    ]
-    pod = FleetPod(name, config.host, ranks, agent, serve_http(agent, config), step_s, jitter)
-    pod.start()
-    return pod
+def node_manifest(name: str) -> dict[str, Any]:
+    """A Node object for one fleet pod's node: no kubelet stands behind it (the local
+    control plane runs no node lifecycle controller), but the pod garbage collector keeps
+    pods bound to it, and the session reads which ranks share it."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"stepscope.dev/fleet": "true"}},
+    }
 
 
-def pod_manifest(name: str, job: str, index: int, ranks_per_pod: int) -> dict[str, Any]:
-    """A pod object for one fleet pod: never scheduled (no kubelet runs it), labelled for a
-    podSelector session, with torchrun's node rank and processes per node in its env."""
+def pod_manifest(name: str, job: str, index: int, ranks_per_pod: int, node: str) -> dict[str, Any]:
+    """A pod object for one fleet pod, bound to its fleet node (no kubelet runs it: the pod
+    runner runs only pods on its own node), labelled for a podSelector session, with
+    torchrun's node rank and processes per node in its env."""
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name, "labels": {"app": job}},
         "spec": {
-            "schedulerName": "stepscope-fleet-none",
+            "nodeName": node,
             "containers": [
                 {
                     "name": "trainer",

@@ -44,6 +44,7 @@ from stepscope_dev.podenv import (
     resolve_service_addresses,
     rewrite_mount_paths,
 )
+from stepscope_dev.podmemory import MemoryCgroup, QuantityError, memory_limit
 from stepscope_dev.podstatus import ContainerRecord, final_phase, now, pod_conditions, pod_status
 from stepscope_dev.podvolumes import container_mounts, materialize_volumes
 from stepscope_dev.processes import signal_marked
@@ -82,6 +83,8 @@ class _Process:
     popen: subprocess.Popen | None = None
     restart_at: float | None = None
     backoff_s: float = 1.0
+    # The memory cgroup that holds its resources.limits.memory, while it runs.
+    memory: MemoryCgroup | None = None
 
 
 class PodRun(threading.Thread):
@@ -220,7 +223,7 @@ class PodRun(threading.Thread):
                 return False
             self._kill(process, signal.SIGKILL)  # Children it left behind.
             process.popen = None
-            process.record.mark_terminated(returncode)
+            _mark_ended(process, returncode)
             if self._restarts(process, returncode):
                 process.restart_at = time.monotonic() + process.backoff_s
                 process.backoff_s = min(process.backoff_s * 2, MAX_BACKOFF_S)
@@ -262,10 +265,13 @@ class PodRun(threading.Thread):
             argv = [rewrite_mount_paths(part, mounts) for part in process_argv(spec, own_env)]
             argv[0] = resolve_executable(argv[0], env["PATH"])
             working_dir = Path(rewrite_mount_paths(spec.get("workingDir") or "", mounts))
-        except PodSpecError as error:
+            limit = memory_limit(spec)
+        except (PodSpecError, QuantityError) as error:
             record.fail_to_start("CreateContainerError", str(error))
             log.warning("pod %s/%s: %s", self.namespace, self.pod_name, error)
             return False
+        if limit is not None:
+            process.memory = MemoryCgroup.create(f"{self.uid}-{record.name}", limit)
         with open(self._dir / f"{record.name}.log", "ab") as log_file:
             log_file.write(f"--- {now()} starting {argv}\n".encode())
             log_file.flush()
@@ -278,6 +284,11 @@ class PodRun(threading.Thread):
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
+        if process.memory is not None:
+            # Moved before it has loaded much: what it allocates from here on is charged to
+            # its own cgroup, and so are the children it starts.
+            with contextlib.suppress(OSError):
+                process.memory.add(process.popen.pid)
         record.mark_running(process.popen.pid)
         log.info(
             "pod %s/%s: %s started as pid %d",
@@ -347,7 +358,7 @@ class PodRun(threading.Thread):
             time.sleep(POLL_INTERVAL_S)
         for process in alive:
             self._kill(process, signal.SIGKILL)
-            process.record.mark_terminated(process.popen.wait())
+            _mark_ended(process, process.popen.wait())
             process.popen = None
             process.restart_at = None
 
@@ -391,6 +402,17 @@ def _record(container: dict[str, Any], *, sidecar: bool = False) -> ContainerRec
     return ContainerRecord(
         name=container["name"], image=container.get("image", ""), sidecar=sidecar
     )
+
+
+def _mark_ended(process: _Process, returncode: int) -> None:
+    """Record a container's exit; killed by the kernel for passing its memory limit, it
+    ended OOMKilled (exit code 137), as a container runtime reports it."""
+    memory, process.memory = process.memory, None
+    if memory is not None and memory.release(returncode):
+        message = "the container used more than its memory limit"
+        process.record.mark_terminated(returncode, message, reason="OOMKilled")
+    else:
+        process.record.mark_terminated(returncode)
 
 
 def _kill_group(pgid: int, sig: signal.Signals) -> None:

@@ -50,12 +50,12 @@ class ContainerRecord:
         self.pid = pid
         self.state = {"running": {"startedAt": now()}}
 
-    def mark_terminated(self, returncode: int, message: str = "") -> None:
+    def mark_terminated(self, returncode: int, message: str = "", reason: str = "") -> None:
         code = exit_code_of(returncode)
         started = self.state.get("running", {}).get("startedAt")
         terminated: dict[str, Any] = {
             "exitCode": code,
-            "reason": "Completed" if code == 0 else "Error",
+            "reason": reason or ("Completed" if code == 0 else "Error"),
             "finishedAt": now(),
             **({"startedAt": started} if started else {}),
             **({"message": message} if message else {}),

@@ -4,26 +4,34 @@ them in ranges, against the real API server, the real operator process and real 
 The pods are real API objects; their sidecars are the real agent code, many in this
 process on loopback addresses (stepscope_dev.agent_fleet), with simulated trainers. In the
 first test three of eight pods' sidecars are stopped before the session, so their
-connections are refused; in the second, 64 ranks run and five sidecars stop mid-window.
+connections are refused; in the second, 64 ranks export real recorded traces perturbed
+with one straggler, five sidecars stop mid-window, and the verdict, the analysis Job's
+outputs in storage and the operator's import audit are checked.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import time
 from collections import Counter
 
 import pytest
-from stepscope_dev.agent_fleet import pod_manifest, running_status, start_pod
-from support import free_port, wait_until
+from stepscope_dev.fleet_traces import Lateness
+from stepscope_operator.buckets import connect_buckets
+from stepscope_operator.settings import load_settings
+from support import wait_until
+from support.fleet_helpers import start_fleet
 from support.operator_helpers import (
-    AGENT_KEYRING,
-    OperatorProcess,
+    audited_operator,
     get_session,
     operator_env,
+    raw_trace_imports,
     session_events,
     session_phase,
 )
+
+from stepscope.storage import SessionArtifact, session_key
 
 pytestmark = pytest.mark.integration
 
@@ -34,51 +42,18 @@ RANKS_PER_POD = 2
 SILENT = (3, 4, 6)
 
 
-def start_fleet(local_cluster, namespace, root, pods_n, ranks_per_pod, step_s=0.1):
-    """`pods_n` pod objects marked running on fleet addresses, each with its sidecar."""
-    port = free_port()
-    trusted, endpoint = AGENT_KEYRING.trusted_keys_text(), local_cluster.s3_endpoint
-    names = [f"fleet-{index}" for index in range(pods_n)]
-    manifest = {
-        "apiVersion": "v1",
-        "kind": "List",
-        "items": [pod_manifest(n, "fleet", i, ranks_per_pod) for i, n in enumerate(names)],
-    }
-    local_cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(manifest))
-    world = pods_n * ranks_per_pod
-    pods = [
-        start_pod(
-            n, i, ranks_per_pod, world, root, port, trusted, endpoint, namespace, step_s=step_s
-        )
-        for i, n in enumerate(names)
-    ]
-    for pod in pods:
-        local_cluster.kubectl(
-            "patch",
-            "pod",
-            pod.name,
-            "-n",
-            namespace,
-            "--subresource=status",
-            "--type=merge",
-            "-p",
-            json.dumps({"status": running_status(pod.ip)}),
-        )
-    return port, pods
-
-
 @pytest.fixture
 def fleet(local_cluster, namespace, tmp_path):
-    port, pods = start_fleet(local_cluster, namespace, tmp_path, PODS, RANKS_PER_POD)
+    fleet = start_fleet(local_cluster, namespace, tmp_path, PODS, RANKS_PER_POD)
     for index in SILENT:
-        pods[index].stop_agent()
-    yield port, pods
-    for pod in pods:
-        pod.stop()
+        fleet.pods[index].stop_agent()
+    yield fleet
+    fleet.stop()
 
 
 def start_operator(local_cluster, port, log_path, **extra):
-    process = OperatorProcess(
+    """The real operator, under the import audit (`raw_trace_imports`)."""
+    process = audited_operator(
         operator_env(
             local_cluster,
             STEPSCOPE_AGENT_PORT=str(port),
@@ -88,20 +63,19 @@ def start_operator(local_cluster, port, log_path, **extra):
             **extra,
         ),
         log_path,
-        die_with_parent=True,
     )
     process.start()
     return process
 
 
-def apply_session(local_cluster, namespace, name, timeout=60):
+def apply_session(local_cluster, namespace, name, timeout=60, granularity="steps"):
     session = {
         "apiVersion": "stepscope.dev/v1alpha1",
         "kind": "ProfileSession",
         "metadata": {"name": name, "namespace": namespace},
         "spec": {
             "target": {"podSelector": {"matchLabels": {"app": "fleet"}}},
-            "granularity": "steps",
+            "granularity": granularity,
             "window": {
                 "steps": 5,
                 "warmupSteps": 0,
@@ -128,10 +102,11 @@ def final_status(local_cluster, namespace, name, within):
 
 @pytest.fixture
 def fleet_operator(local_cluster, session_crds, fleet, tmp_path):
-    process = start_operator(local_cluster, fleet[0], tmp_path / "operator.log")
+    process = start_operator(local_cluster, fleet.port, tmp_path / "operator.log")
     yield process
     process.stop()
     print(process.logs()[-6000:])
+    assert raw_trace_imports(process) == [], "the operator process imported a trace reader"
 
 
 def test_pods_without_an_answering_agent_are_named_in_ranges(
@@ -155,29 +130,46 @@ def test_pods_without_an_answering_agent_are_named_in_ranges(
     assert len(events) <= 7, [e["reason"] for e in events]
 
 
+STRAGGLER = 37
+LOST = (5, 6, 7, 20, 31)
+
+
 def test_64_ranks_with_5_agents_lost_mid_window(
     local_cluster, namespace, session_crds, tmp_path, pod_runner
 ):
-    """32 pods of 2 ranks; five sidecars stop once the ranks are capturing. The session does
-    not wait for the capture deadline: the lost agents get the grace, then their ranks are
-    missing, named in ranges, and the rest is the verdict. Steps of 0.4 s make the window
-    2 s long, so the sidecars stop inside it (a pod that had already finished would keep
-    its capture: its answer was final)."""
-    port, pods = start_fleet(local_cluster, namespace, tmp_path, 32, 2, step_s=0.4)
+    """32 pods of 2 ranks, rank 37 (pod fleet-18) arriving 20 ms late at every all-reduce
+    of its real recorded trace; five sidecars stop once the ranks are capturing. The
+    session does not wait for the capture deadline: the lost agents get the grace, then
+    their ranks are missing, named in ranges, and the rest is the verdict, which names the
+    straggler. The analysis Job leaves the report and the merged trace (holding the
+    straggler's full trace) in storage, and the operator never imported a trace reader.
+    Steps of 0.4 s make the window 2 s long, so the sidecars stop inside it (a pod that
+    had already finished would keep its capture: its answer was final)."""
+    fleet = start_fleet(
+        local_cluster,
+        namespace,
+        tmp_path,
+        32,
+        2,
+        step_s=0.4,
+        lateness=Lateness.straggler(STRAGGLER),
+    )
     operator = start_operator(
-        local_cluster, port, tmp_path / "operator.log", STEPSCOPE_AGENT_LOST_GRACE_SECONDS="3"
+        local_cluster,
+        fleet.port,
+        tmp_path / "operator.log",
+        STEPSCOPE_AGENT_LOST_GRACE_SECONDS="3",
     )
     try:
-        apply_session(local_cluster, namespace, "fleet-64", timeout=120)
+        apply_session(local_cluster, namespace, "fleet-64", timeout=120, granularity="ops")
         wait_until(
             lambda: session_phase(local_cluster, namespace, "fleet-64") == "Capturing",
             60,
             "ranks capturing",
             interval=0.2,
         )
-        lost = (5, 6, 7, 20, 31)
-        for index in lost:
-            pods[index].stop_agent()
+        for index in LOST:
+            fleet.pods[index].stop_agent()
         started = time.monotonic()
         # The capture ends when the lost agents' grace is over, not at the capture deadline.
         wait_until(
@@ -187,16 +179,42 @@ def test_64_ranks_with_5_agents_lost_mid_window(
             interval=0.2,
         )
         waited = time.monotonic() - started
-        status = final_status(local_cluster, namespace, "fleet-64", 180)
+        status = final_status(local_cluster, namespace, "fleet-64", 300)
     finally:
         operator.stop()
         print(operator.logs()[-6000:])
-        for pod in pods:
-            pod.stop()
+        fleet.stop()
+    assert raw_trace_imports(operator) == [], "the operator process imported a trace reader"
     assert status["phase"] == "PartiallySucceeded", status
     assert status["ranks"]["captured"] == 54 and status["ranks"]["missingCount"] == 10
     assert status["ranks"]["missingRanges"] == (
         "ranks 10-15, 40-41, 62-63 (10 of 64) missing: pods fleet-5..7, fleet-20, fleet-31"
     )
     assert waited < 40, f"waited {waited:.0f}s: the capture deadline, not the grace"
-    assert status["summary"]["stepTimeMs"]["p50"] > 0
+    summary = status["summary"]
+    assert summary["stepTimeMs"]["p50"] > 0
+    straggler = summary["straggler"]
+    assert (straggler["rank"], straggler["pod"]) == (STRAGGLER, "fleet-18"), straggler
+    assert straggler["node"] == "fleet-node-18"
+    assert any(f["id"] == "straggler-rank" for f in summary["findings"]), summary["findings"]
+    assert_analysis_outputs_stored(local_cluster, status)
+
+
+def assert_analysis_outputs_stored(local_cluster, status):
+    """The report and the merged trace are in storage where the status says, and the
+    merged trace holds the straggler's full trace for the reason the status gives."""
+    artifacts = status["artifacts"]
+    rendered = next(c for c in status["conditions"] if c["type"] == "ArtifactsRendered")
+    assert rendered["status"] == "True", rendered
+    assert artifacts["report"] and artifacts["mergedTrace"], artifacts
+    assert f"{STRAGGLER}" in artifacts["mergedRanks"], artifacts["mergedRanks"]
+    buckets = connect_buckets(load_settings(local_cluster.env()))
+    prefix = artifacts["uri"].removeprefix(f"s3://{buckets.bucket}/")
+    stored = dict(buckets.list_keys(prefix))
+    report = session_key(prefix, SessionArtifact.REPORT)
+    merged_key = session_key(prefix, SessionArtifact.MERGED_TRACE)
+    assert stored.get(report, 0) > 0 and stored.get(merged_key, 0) > 0, sorted(stored)
+    assert b"<html" in buckets.get_bytes(report)[:4096].lower()
+    merged = json.loads(gzip.decompress(buckets.get_bytes(merged_key)))
+    traced = {e["pid"] for e in merged["traceEvents"] if e.get("ph") == "X"}
+    assert STRAGGLER in traced, sorted(traced)[:20]

@@ -1,0 +1,37 @@
+"""Start the scale harness's agent fleet for the operator's integration tests: pods as real
+API objects, bound to fleet nodes, served by the real sidecar code in the test process."""
+
+from __future__ import annotations
+
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from stepscope_dev.agent_fleet import AgentFleet, node_manifest, pod_manifest, running_status
+
+from support import free_port
+from support.operator_helpers import AGENT_KEYRING
+
+__all__ = ["start_fleet"]
+
+
+def start_fleet(local_cluster, namespace, root, pods_n, ranks_per_pod, **fleet_options):
+    """`pods_n` pod objects bound to fleet nodes and marked running on fleet addresses,
+    each with its sidecar, all served by one `AgentFleet`."""
+    fleet = AgentFleet(
+        root,
+        namespace,
+        free_port(),
+        AGENT_KEYRING.trusted_keys_text(),
+        local_cluster.s3_endpoint,
+        **fleet_options,
+    )
+    pods = fleet.add_pods([f"fleet-{index}" for index in range(pods_n)], ranks_per_pod)
+    api = k8s_config.new_client_from_config(config_file=str(local_cluster.kubeconfig))
+    core = k8s.CoreV1Api(api)
+    for pod in pods:
+        if not core.list_node(field_selector=f"metadata.name={pod.node}").items:
+            core.create_node(node_manifest(pod.node))
+        manifest = pod_manifest(pod.name, "fleet", pod.index, ranks_per_pod, pod.node)
+        core.create_namespaced_pod(namespace, manifest)
+        core.patch_namespaced_pod_status(pod.name, namespace, {"status": running_status(pod.ip)})
+    fleet.start()
+    return fleet
