@@ -21,6 +21,7 @@ from stepscope_operator.comparing import (
     status_record,
 )
 from stepscope_operator.context import OperatorContext, SessionView
+from stepscope_operator.scheduling import is_regression
 
 log = logging.getLogger(__name__)
 
@@ -61,9 +62,14 @@ async def judge_session(
     window: int = DEFAULT_BASELINE_SESSIONS,
 ) -> Comparison | None:
     """Compare one finished session of schedule `schedule_name` with the newest `window`
-    good sessions of `baseline` (newest first; good: Succeeded with a readable summary) and
-    record the verdict in the session's status.baselineComparison. None when the session
-    itself did not succeed; too few good sessions give an inconclusive verdict that says so."""
+    good sessions of `baseline` (newest first; good: Succeeded with a readable summary, and
+    not judged a regression itself) and record the verdict in the session's
+    status.baselineComparison, on the server and in `session`. None when the session itself
+    did not succeed; too few good sessions give an inconclusive verdict that says so.
+
+    A regression stays out of later baselines: the next sessions are judged against the
+    job as it was, so a slowdown that persists keeps being reported until the user sets a
+    new baseline (deleting the regressed sessions, or spec.baseline.sessionRef)."""
     if not _succeeded(session):
         return None
     name = session["metadata"]["name"]
@@ -73,7 +79,8 @@ async def judge_session(
     for earlier in baseline:
         if len(good) == window:
             break
-        job = await asyncio.to_thread(_load_job, ctx, earlier) if _succeeded(earlier) else None
+        usable = _succeeded(earlier) and not is_regression(earlier)
+        job = await asyncio.to_thread(_load_job, ctx, earlier) if usable else None
         if job is not None:
             good.append((earlier["metadata"]["name"], job))
     if current is None:
@@ -87,9 +94,12 @@ async def judge_session(
         comparison = compare_jobs((name, current), good, threshold_pct, MIN_BASELINE_SESSIONS)
     log.info("schedule %s, session %s: %s", schedule_name, name, comparison.headline)
     meta = session["metadata"]
+    record = status_record(comparison).to_wire()
     await ctx.kube.patch_session_status(
-        meta["namespace"], meta["name"], {"baselineComparison": status_record(comparison).to_wire()}
+        meta["namespace"], meta["name"], {"baselineComparison": record}
     )
+    # Sessions judged later in the same pass see this verdict without reading it back.
+    session.setdefault("status", {})["baselineComparison"] = record
     return comparison
 
 

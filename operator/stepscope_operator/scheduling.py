@@ -186,11 +186,23 @@ def split_sessions(
     return active, finished[:history_limit], finished[history_limit:]
 
 
+def is_regression(session: dict[str, Any]) -> bool:
+    """Whether the session was judged a regression: it is kept in the history but is no
+    baseline, or one slow session would widen the noise band and hide the next ones."""
+    comparison = (session.get("status") or {}).get("baselineComparison") or {}
+    return comparison.get("verdict") == "regression"
+
+
 def p50_of(session: dict[str, Any]) -> float | None:
     summary = (session.get("status") or {}).get("summary") or {}
     return (summary.get("stepTimeMs") or {}).get("p50")
 
 
 def baseline_medians(finished: Iterable[dict[str, Any]]) -> list[float]:
-    """Median step times of the successful sessions that form the rolling baseline."""
-    return [p for s in finished if _phase(s) == "Succeeded" and (p := p50_of(s)) is not None]
+    """Median step times of the successful sessions that form the rolling baseline
+    (regressions left out)."""
+    return [
+        p
+        for s in finished
+        if _phase(s) == "Succeeded" and not is_regression(s) and (p := p50_of(s)) is not None
+    ]

@@ -169,8 +169,10 @@ def test_a_slower_scheduled_session_is_a_regression_that_names_compute(
     too_small = [e for e in events if e["reason"] == "BaselineTooSmall"]
     assert len(too_small) == 3 and "3 needed" in too_small[0]["message"]
 
-    # The session after the slower one is back to the baseline's step time.
+    # The session after the slower one is back to the baseline's step time, judged
+    # against the sessions before the regression: a regression is no baseline.
     assert after["verdict"] == "unchanged", after
+    assert after["baselineSessions"] == [NAMES[2], NAMES[1], NAMES[0]]
     recovered = [e for e in events if e["reason"] == "Recovered"]
     assert len(recovered) == 1 and recovered[0]["message"].startswith(f"session {NAMES[4]}:")
     assert schedule_status["lastVerdict"] == "unchanged"

@@ -73,6 +73,17 @@ def test_history_keeps_the_newest_finished_sessions():
     assert baseline_medians(kept) == [110]
 
 
+def test_a_regression_is_kept_in_history_but_not_in_the_baseline():
+    regressed = _session("r", "2026-01-05T00:00:00Z", "Succeeded", 150)
+    regressed["status"]["baselineComparison"] = {"verdict": "regression", "session": "c"}
+    unchanged = _session("u", "2026-01-06T00:00:00Z", "Succeeded", 104)
+    unchanged["status"]["baselineComparison"] = {"verdict": "unchanged", "session": "c"}
+    base = _session("c", "2026-01-03T00:00:00Z", "Succeeded", 100)
+    _, kept, _ = split_sessions([base, regressed, unchanged], history_limit=5)
+    assert [s["metadata"]["name"] for s in kept] == ["u", "r", "c"]
+    assert baseline_medians(kept) == [104, 100]
+
+
 TEMPLATE = {"target": {"pytorchJob": "llama"}}
 
 
