@@ -79,3 +79,13 @@ def test_an_oversized_dump_is_cut_to_its_byte_bound():
     assert len(json.dumps(bounded)) <= hang_capture.MAX_DUMP_BYTES
     # The newest collectives are the ones kept.
     assert bounded["collectives"][-1]["seq"] == 2047
+
+
+def test_the_trainer_side_bounds_are_the_wire_contract_bounds():
+    # The trainer cannot import pydantic, so hang_capture repeats hang_dump's bounds.
+    from stepscope.api import hang_dump
+
+    names = [n for n in dir(hang_capture) if n.startswith("MAX_") or n.endswith("_MAX_LENGTH")]
+    assert names, "hang_capture states its bounds"
+    for name in names:
+        assert getattr(hang_capture, name) == getattr(hang_dump, name), name
