@@ -21,7 +21,8 @@ from stepscope_operator.context import OperatorContext, SessionView, StatusWrite
 from stepscope_operator.hang_diagnosis import diagnose, request_id_for
 from stepscope_operator.probing import Probe, probe_agents
 from stepscope_operator.status import TARGET_RESOLVED
-from stepscope_operator.targets import InvalidTarget, NoLivePods, RankTarget, resolve_targets
+from stepscope_operator.target_listing import list_targets
+from stepscope_operator.targets import InvalidTarget, NoLivePods, RankTarget
 
 
 def progress_of(probes: dict[str, Probe]) -> list[RankProgress]:
@@ -45,15 +46,6 @@ def progress_of(probes: dict[str, Probe]) -> list[RankProgress]:
     return found
 
 
-async def _targets(ctx: OperatorContext, view: SessionView) -> list[RankTarget]:
-    adapter = view.target_adapter
-    pods = await ctx.kube.list_pods(view.namespace, adapter.pod_selector(view.target_ref))
-    job = None
-    if adapter.resource is not None:
-        job = await ctx.kube.get_job(adapter.resource, view.namespace, view.target_ref)
-    return resolve_targets(adapter.kind, "all", pods, job)
-
-
 async def _finished(ctx: OperatorContext, view: SessionView) -> str | None:
     """Why the target is over (it ended, or it is gone), or None while it runs."""
     adapter = view.target_adapter
@@ -68,7 +60,7 @@ async def _finished(ctx: OperatorContext, view: SessionView) -> str | None:
 
 async def _any_live_pod(ctx: OperatorContext, view: SessionView) -> bool:
     try:
-        return bool(await _targets(ctx, view))
+        return bool(await list_targets(ctx, view, ranks="all"))
     except (NoLivePods, InvalidTarget):
         return False
 
@@ -93,7 +85,7 @@ async def run_hang_check(
             await _no_hang(writer, f"{ended}; it never stalled past the hang threshold")
             return
         try:
-            targets = await _targets(ctx, view)
+            targets = await list_targets(ctx, view, ranks="all")
         except NoLivePods as exc:
             if seen_steps:
                 await _no_hang(writer, f"the target's pods are gone ({exc}); no hang was seen")

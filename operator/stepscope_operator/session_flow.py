@@ -65,7 +65,8 @@ from stepscope_operator.status import (
     summary_from_job,
     tally_ranks,
 )
-from stepscope_operator.targets import InvalidTarget, NoLivePods, RankTarget, resolve_targets
+from stepscope_operator.target_listing import list_targets
+from stepscope_operator.targets import InvalidTarget, NoLivePods
 
 
 async def run_session(ctx: OperatorContext, body: dict[str, Any], stopped: Any) -> None:
@@ -206,16 +207,6 @@ async def wait_for_turn(
             waiting_for = message
         await stopped.wait(ctx.settings.poll_interval_seconds)
     return False
-
-
-async def list_targets(ctx: OperatorContext, view: SessionView) -> list[RankTarget]:
-    """The target's ranks from its live pods (and its job object, when the kind has one)."""
-    adapter = view.target_adapter
-    pods = await ctx.kube.list_pods(view.namespace, adapter.pod_selector(view.target_ref))
-    job = None
-    if adapter.resource is not None:
-        job = await ctx.kube.get_job(adapter.resource, view.namespace, view.target_ref)
-    return resolve_targets(adapter.kind, view.spec.target.ranks, pods, job)
 
 
 async def plan_and_arm(
