@@ -95,12 +95,7 @@ class AgentRequestHandler(BaseHTTPRequestHandler):
             self._error(HTTPStatus.NOT_FOUND, f"POST goes to {CAPTURES_PATH} or {HANG_DUMPS_PATH}")
             return
         request = self._capture_request(body)
-        if request is None:
-            return
-        try:
-            check_grant_endpoints(request, self.server.storage_endpoint)
-        except ForeignGrantHost as error:
-            self._error(HTTPStatus.UNPROCESSABLE_ENTITY, str(error))
+        if request is None or not self._grants_point_at_storage(request):
             return
         try:
             _, created = self.server.service.arm(request)
@@ -109,14 +104,19 @@ class AgentRequestHandler(BaseHTTPRequestHandler):
             return
         self._reply_capture(request.capture_id, HTTPStatus.CREATED if created else HTTPStatus.OK)
 
-    def _hang_dump(self, body: bytes) -> None:
-        request = self._validated(HangDumpRequest, body, "hang dump request")
-        if request is None:
-            return
+    def _grants_point_at_storage(self, request: CaptureRequest | HangDumpRequest) -> bool:
+        """Whether every grant in the request goes to this pod's storage endpoint; answers
+        422 naming the foreign host when one does not."""
         try:
             check_grant_endpoints(request, self.server.storage_endpoint)
         except ForeignGrantHost as error:
             self._error(HTTPStatus.UNPROCESSABLE_ENTITY, str(error))
+            return False
+        return True
+
+    def _hang_dump(self, body: bytes) -> None:
+        request = self._validated(HangDumpRequest, body, "hang dump request")
+        if request is None or not self._grants_point_at_storage(request):
             return
         self._reply(HTTPStatus.OK, self.server.service.hang_dump(request).to_wire())
 
