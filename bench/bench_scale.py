@@ -32,6 +32,7 @@ The last line has the growth ratios largest N / smallest N (first scenario) for 
 memory.
 
     python bench/bench_scale.py [--ranks 8,128] [--scenarios straggler,slow-node,noise]
+                                [--traces cpu|gpu]
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ from kubernetes import config as k8s_config
 from stepscope_dev.agent_fleet import AgentFleet, node_manifest, pod_manifest, running_status
 from stepscope_dev.build import ensure_binaries
 from stepscope_dev.cluster import start_cluster, stop_cluster
-from stepscope_dev.fleet_traces import RECORDED_STEPS, Lateness
+from stepscope_dev.fleet_traces import RECORDED_STEPS, TRACE_SOURCES, Lateness
 from stepscope_dev.net import free_port
 from stepscope_dev.operator_process import REPO_ROOT, OperatorProcess, operator_env
 from stepscope_dev.podrunner import start_podrunner
@@ -121,6 +122,7 @@ def run_one(cluster, api: k8s.ApiClient, ranks: int, scenario: str, args, root: 
         cluster.s3_endpoint,
         step_s=args.step_seconds,
         lateness=lateness,
+        traces=args.traces,
     )
     pods = fleet.add_pods([f"train-worker-{i}" for i in range(pods_n)], per_pod)
     existing = {n.metadata.name for n in core.list_node(label_selector="stepscope.dev/fleet").items}
@@ -147,6 +149,7 @@ def run_one(cluster, api: k8s.ApiClient, ranks: int, scenario: str, args, root: 
     try:
         line = _profile(api, namespace, ranks, fleet, args, operator)
         line["scenario"] = scenario
+        line["traces"] = args.traces
     finally:
         operator.stop()
         fleet.stop()
@@ -302,6 +305,12 @@ def main(argv: list[str] | None = None) -> int:
         "--scenarios", default="straggler", help=f"comma-separated, of {', '.join(SCENARIOS)}"
     )
     parser.add_argument("--granularity", choices=("steps", "ops"), default="ops")
+    parser.add_argument(
+        "--traces",
+        choices=TRACE_SOURCES,
+        default="cpu",
+        help="the recorded traces each rank's capture is made from (fleet_traces)",
+    )
     parser.add_argument("--stop-agents", type=int, default=0, help="pods whose agent stops")
     parser.add_argument("--step-seconds", type=float, default=0.5, help="the fleet's step")
     parser.add_argument("--timeout", type=float, default=300, help="seconds per session")

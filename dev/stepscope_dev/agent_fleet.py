@@ -48,7 +48,7 @@ from stepscope_agent.sidecar_settings import SidecarSettings
 from stepscope_agent.stepping import StepCounter, StepRecord
 
 from stepscope.failures import FailureCode
-from stepscope_dev.fleet_traces import Lateness, RecordedTraces
+from stepscope_dev.fleet_traces import Lateness, recorded_traces
 
 log = logging.getLogger(__name__)
 
@@ -168,9 +168,10 @@ class SimulatedRank:
         if window.trace:
             path = Path(outbox_dir(self.pod.agent.config.agent_dir))
             path = path / f"{window.capture_id}-rank-{self.rank}.json"
-            late = fleet.lateness.of(self.rank)
             trace_file = str(
-                fleet.traces.write(path, self.rank, self.world_size, window.start_step, late)
+                fleet.traces.write(
+                    path, self.rank, self.world_size, window.start_step, fleet.lateness
+                )
             )
         self._send(
             messages.WindowFinished(
@@ -220,13 +221,15 @@ class AgentFleet:
         step_s: float = 0.1,
         jitter: float = 0.1,
         lateness: Lateness | None = None,
+        traces: str = "cpu",
     ) -> None:
         self.root, self.namespace, self.port = root, namespace, port
         self.trusted_keys = trusted_keys
         self.storage_endpoint = StorageEndpoint.parse(storage_endpoint)
         self.step_s, self.jitter = step_s, jitter
         self.lateness = lateness or Lateness.none()
-        self.traces = RecordedTraces()
+        # The recording each rank's trace is made from: fleet_traces.TRACE_SOURCES.
+        self.traces = recorded_traces(traces)
         self.pods: list[FleetPod] = []
         self.handlers = ThreadPoolExecutor(HANDLER_THREADS, thread_name_prefix="fleet-http")
         self.publisher = _TimedPool(PUBLISH_THREADS, thread_name_prefix="fleet-publish")
