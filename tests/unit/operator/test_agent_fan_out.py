@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from datetime import UTC, datetime
 from types import SimpleNamespace
 from typing import Self
@@ -196,25 +197,74 @@ def test_a_malformed_reply_is_not_retried():
 # The bound on calls in flight.
 
 
+BOUND = 8
+# Generous: only a fan-out that never lets BOUND calls in at once waits this long (and fails).
+FILL_DEADLINE_S = 60.0
+
+
 def test_no_more_calls_are_in_flight_than_the_bound_and_all_complete():
-    async def slow(agents: Agents, request: web.Request) -> web.StreamResponse:
+    """The bound is reached by design, not by timing: the agent holds every call until
+    BOUND calls are inside at once (a fan-out that let fewer in would time out here and
+    fail), and then holds each a little, so a fan-out that let more in would show it."""
+    full = asyncio.Event()
+
+    async def hold_until_full(agents: Agents, request: web.Request) -> web.StreamResponse:
+        if agents.in_flight >= BOUND:
+            full.set()
+        await asyncio.wait_for(full.wait(), FILL_DEADLINE_S)
         await asyncio.sleep(0.05)
         return web.json_response(_status("p"))
 
     async def run() -> tuple[Agents, dict]:
-        async with Agents(slow) as agents:
+        async with Agents(hold_until_full) as agents:
             pods = {f"ddp-worker-{n}": "127.0.0.1" for n in range(200)}
-            probes = await probe_agents(agents.client(FanOut(8, FAST_RETRIES)), pods)
-            return agents, probes
+            client = agents.client(FanOut(BOUND, FAST_RETRIES), timeout_s=FILL_DEADLINE_S * 2)
+            return agents, await probe_agents(client, pods)
 
     agents, probes = asyncio.run(run())
     assert len(probes) == 200 and all(p.ok for p in probes.values())
     assert agents.calls == 200
-    assert agents.most_in_flight == 8  # reached, never passed
-    # The clock offset comes from the answered attempt alone, not the wait for a slot:
-    # the server answers agentTime=1.0, so the offset is about 1.0 minus the send time.
-    offsets = [p.clock_offset_s for p in probes.values()]
-    assert max(offsets) - min(offsets) < max(p.rtt_s for p in probes.values())
+    assert agents.most_in_flight == BOUND  # reached, never passed
+
+
+# Doubles hold epoch seconds to about 0.24 us; an offset and back may round by that much.
+ROUNDING_S = 1e-6
+
+
+def test_a_clock_offset_comes_from_the_answered_call_not_the_wait_for_a_slot():
+    """With one slot, the calls run one after another, each waiting for every call before
+    it. An agent that reads the same wall clock as the operator says, in its answer, when
+    it read it; the operator's estimate puts the call's midpoint at agent time minus the
+    offset. That midpoint must fall inside the call's own turn: after the agent answered
+    the call before it (the slot was still taken until then) and before the agent saw the
+    call after it. Every time compared is read from one wall clock, in order."""
+    seen: dict[str, tuple[float, float]] = {}
+
+    async def answer_with_clock(agents: Agents, request: web.Request) -> web.StreamResponse:
+        arrived = time.time()
+        pod = request.headers[wire.TARGET_HEADER].split("/", 1)[1]
+        await asyncio.sleep(0.01)
+        status = {**_status(pod), "agentTime": time.time()}
+        seen[pod] = (arrived, time.time())
+        return web.json_response(status)
+
+    async def run() -> tuple[float, dict, float]:
+        async with Agents(answer_with_clock) as agents:
+            pods = {f"w-{n:02d}": "127.0.0.1" for n in range(20)}
+            before = time.time()
+            client = agents.client(FanOut(1, FAST_RETRIES), timeout_s=30.0)
+            probes = await probe_agents(client, pods)
+            return before, probes, time.time()
+
+    before, probes, after = asyncio.run(run())
+    assert len(seen) == 20 and all(p.ok for p in probes.values())
+    turns = sorted(seen.items(), key=lambda item: item[1][0])
+    for index, (pod, _) in enumerate(turns):
+        probe = probes[pod]
+        midpoint = probe.status.agent_time - probe.clock_offset_s
+        slot_free_since = turns[index - 1][1][1] if index else before
+        next_call_seen = turns[index + 1][1][0] if index + 1 < len(turns) else after
+        assert slot_free_since - ROUNDING_S <= midpoint <= next_call_seen + ROUNDING_S, pod
 
 
 def test_the_bound_is_shared_by_every_client_of_one_fan_out():
