@@ -13,11 +13,15 @@ merged trace and the report. Each N prints one JSON line:
 
 * ``probe_arm_seconds``: from the session entering Planning to Armed (probe, plan, grants,
   arm every agent), as seen by polling its status every 0.1 s.
-* ``window_end_to_verdict_seconds``: from the last rank ending the window to the session's
-  final phase. Its parts: ``sidecars_published_after_seconds`` (the last sidecar's upload
-  done, after window end: here N ranks' gzip and summary share 2 cores, on a cluster each
-  pod does its own), then the operator's collection and the analysis Job
-  (``analysis_job_seconds``, from the Job's own start and completion times).
+* ``window_end_to_verdict_seconds``: from the last rank ending the window to the verdict
+  (``status.summary``) in the session's status. Its parts:
+  ``sidecars_published_after_seconds`` (the last sidecar's upload done, after window end:
+  here N ranks' gzip and summary share 2 cores, on a cluster each pod does its own), then
+  ``operator_verdict_seconds``, the operator's own part: from that last upload to the
+  verdict (following the agents to the end, reading the summaries, merging, writing).
+* ``window_end_to_final_seconds``: to the session's final phase, which waits for the
+  analysis Job (``analysis_job_seconds``, from the Job's own start and completion times)
+  to build the merged trace and the report after the verdict is written.
 * ``operator_peak_rss_mib``: the operator process's VmHWM at the end.
 * ``status_bytes``: the session's status as JSON; ``merged_trace_bytes``: the stored
   merged trace.
@@ -194,6 +198,8 @@ def _profile(api, namespace, ranks, fleet, args, operator) -> dict:
         phase = status.get("phase")
         if phase and phase not in seen:
             seen[phase] = time.time()
+        if status.get("summary") and "verdict" not in seen:
+            seen["verdict"] = time.time()
         if phase == "Capturing" and args.stop_agents and not stopped:
             for pod in fleet.pods[: args.stop_agents]:
                 pod.stop_agent()
@@ -226,12 +232,10 @@ def _profile(api, namespace, ranks, fleet, args, operator) -> dict:
         "missing": ranks_status.get("missingRanges"),
         "failed": ranks_status.get("failedRanges"),
         "probe_arm_seconds": _between(seen, "Planning", "Armed"),
-        "window_end_to_verdict_seconds": (
-            round(seen[final] - window_end, 2) if final and window_end else None
-        ),
-        "sidecars_published_after_seconds": (
-            round(published - window_end, 2) if published and window_end else None
-        ),
+        "window_end_to_verdict_seconds": _after(seen.get("verdict"), window_end),
+        "sidecars_published_after_seconds": _after(published, window_end),
+        "operator_verdict_seconds": _after(seen.get("verdict"), published),
+        "window_end_to_final_seconds": _after(seen.get(final), window_end),
         "analysis_job_seconds": _analysis_job_seconds(api, namespace),
         "operator_peak_rss_mib": peak_rss_mib(operator.pid),
         "status_bytes": len(json.dumps(status).encode()),
@@ -243,6 +247,10 @@ def _profile(api, namespace, ranks, fleet, args, operator) -> dict:
         "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)],
         "_status": status,
     }
+
+
+def _after(moment: float | None, start: float | None) -> float | None:
+    return round(moment - start, 2) if moment and start else None
 
 
 def _analysis_job_seconds(api, namespace: str) -> float | None:
@@ -348,6 +356,7 @@ def _growth(small: dict, large: dict) -> dict:
         "growth": f"{large['ranks']}/{small['ranks']}",
         "probe_arm_seconds": ratio("probe_arm_seconds"),
         "window_end_to_verdict_seconds": ratio("window_end_to_verdict_seconds"),
+        "operator_verdict_seconds": ratio("operator_verdict_seconds"),
         "operator_peak_rss_mib": ratio("operator_peak_rss_mib"),
     }
 
