@@ -12,7 +12,9 @@ the operator merges the summaries; the analysis Job, run by the pod runner, buil
 merged trace and the report. Each N prints one JSON line:
 
 * ``probe_arm_seconds``: from the session entering Planning to Armed (probe, plan, grants,
-  arm every agent), as seen by polling its status every 0.1 s.
+  arm every agent), as seen by polling its status every 0.1 s. Its parts, as the operator
+  measured them (its /metrics): ``probe_seconds`` and ``arm_seconds`` (the two fan-outs)
+  and, within the arm, ``grant_signing_seconds`` (CPU time signing grants).
 * ``window_end_to_verdict_seconds``: from the last rank ending the window to the verdict
   (``status.summary``) in the session's status. Its parts:
   ``sidecars_published_after_seconds`` (the last sidecar's upload done, after window end:
@@ -47,11 +49,13 @@ import re
 import sys
 import tempfile
 import time
+import urllib.request
 from collections import Counter
 from pathlib import Path
 
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
+from prometheus_client.parser import text_string_to_metric_families
 from stepscope_dev.agent_fleet import AgentFleet, node_manifest, pod_manifest, running_status
 from stepscope_dev.build import ensure_binaries
 from stepscope_dev.cluster import start_cluster, stop_cluster
@@ -232,6 +236,7 @@ def _profile(api, namespace, ranks, fleet, args, operator) -> dict:
         "missing": ranks_status.get("missingRanges"),
         "failed": ranks_status.get("failedRanges"),
         "probe_arm_seconds": _between(seen, "Planning", "Armed"),
+        **_fan_out_seconds(operator.env, namespace),
         "window_end_to_verdict_seconds": _after(seen.get("verdict"), window_end),
         "sidecars_published_after_seconds": _after(published, window_end),
         "operator_verdict_seconds": _after(seen.get("verdict"), published),
@@ -247,6 +252,31 @@ def _profile(api, namespace, ranks, fleet, args, operator) -> dict:
         "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)],
         "_status": status,
     }
+
+
+def _fan_out_seconds(env: dict[str, str], namespace: str) -> dict[str, float | None]:
+    """The parts of probe + arm the operator measured itself (its /metrics): the probe
+    fan-out, the arm fan-out, and within the arm the CPU time spent signing grants. The
+    rest of probe + arm is listing the target's pods, saving the plan and status writes."""
+    url = f"http://127.0.0.1:{env['STEPSCOPE_METRICS_PORT']}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as response:
+        families = text_string_to_metric_families(response.read().decode())
+        values = {
+            sample.name: sample.value
+            for family in families
+            for sample in family.samples
+            if sample.labels.get("namespace") == namespace
+        }
+    names = {
+        "probe_seconds": "stepscope_probe_duration_seconds_sum",
+        "arm_seconds": "stepscope_arm_duration_seconds_sum",
+        "grant_signing_seconds": "stepscope_grant_signing_seconds_total",
+    }
+    return {key: _rounded(values.get(name)) for key, name in names.items()}
+
+
+def _rounded(value: float | None) -> float | None:
+    return round(value, 3) if value is not None else None
 
 
 def _after(moment: float | None, start: float | None) -> float | None:

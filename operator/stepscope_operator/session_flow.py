@@ -11,6 +11,7 @@ by `timeoutSeconds` before arming, by the capture deadline after it.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Coroutine
 from datetime import timedelta
 from typing import Any
@@ -45,6 +46,7 @@ from stepscope_operator.following import (
     poll_captures,
 )
 from stepscope_operator.hang_watch import run_hang_check
+from stepscope_operator.metrics import PROBE_DURATION
 from stepscope_operator.planning import PlanningError, plan_window
 from stepscope_operator.pod_arming import cancel_captures, capture_id_for
 from stepscope_operator.probing import probe_agents
@@ -250,7 +252,9 @@ async def make_plan(
                 )
                 return None
             pod_ips = {t.pod: t.pod_ip for t in targets}
+            probing = time.monotonic()
             probes = await probe_agents(ctx.agents(view.namespace), pod_ips)
+            PROBE_DURATION.labels(view.namespace).observe(time.monotonic() - probing)
             now = ctx.now()
             try:
                 plan = plan_window(
