@@ -8,6 +8,7 @@ path-style addressing, which every S3-compatible server accepts.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
@@ -103,10 +104,20 @@ def _session(settings: OperatorSettings) -> boto3.session.Session:
     """Explicit keys from the settings, else boto3's own chain (environment, web identity,
     instance role): the same credentials for the clients and the POST signer."""
     if settings.s3_access_key_id and settings.s3_secret_access_key:
-        return boto3.session.Session(
-            aws_access_key_id=settings.s3_access_key_id.get_secret_value(),
-            aws_secret_access_key=settings.s3_secret_access_key.get_secret_value(),
+        return _shared_session(
+            settings.s3_access_key_id.get_secret_value(),
+            settings.s3_secret_access_key.get_secret_value(),
         )
+    return _shared_session(None, None)
+
+
+@functools.cache
+def _shared_session(access_key: str | None, secret_key: str | None) -> boto3.session.Session:
+    """One session per set of keys for the whole process: each session loads botocore's
+    service models and endpoint data afresh (about 10 MiB), and the operator makes several
+    clients (its own, the agents' signer, the readers' signer, the artifact links')."""
+    if access_key and secret_key:
+        return boto3.session.Session(aws_access_key_id=access_key, aws_secret_access_key=secret_key)
     return boto3.session.Session()
 
 
