@@ -12,12 +12,18 @@ the operator merges the summaries; the analysis Job, run by the pod runner, buil
 merged trace and the report. Each N prints one JSON line:
 
 * ``probe_arm_seconds``: from the session entering Planning to Armed (probe, plan, grants,
-  arm every agent), as seen by polling its status every 0.1 s.
-* ``window_end_to_verdict_seconds``: from the last rank ending the window to the session's
-  final phase. Its parts: ``sidecars_published_after_seconds`` (the last sidecar's upload
-  done, after window end: here N ranks' gzip and summary share 2 cores, on a cluster each
-  pod does its own), then the operator's collection and the analysis Job
-  (``analysis_job_seconds``, from the Job's own start and completion times).
+  arm every agent), as seen by polling its status every 0.1 s. Its parts, as the operator
+  measured them (its /metrics): ``probe_seconds`` and ``arm_seconds`` (the two fan-outs)
+  and, within the arm, ``grant_signing_seconds`` (CPU time signing grants).
+* ``window_end_to_verdict_seconds``: from the last rank ending the window to the verdict
+  (``status.summary``) in the session's status. Its parts:
+  ``sidecars_published_after_seconds`` (the last sidecar's upload done, after window end:
+  here N ranks' gzip and summary share 2 cores, on a cluster each pod does its own), then
+  ``operator_verdict_seconds``, the operator's own part: from that last upload to the
+  verdict (following the agents to the end, reading the summaries, merging, writing).
+* ``window_end_to_final_seconds``: to the session's final phase, which waits for the
+  analysis Job (``analysis_job_seconds``, from the Job's own start and completion times)
+  to build the merged trace and the report after the verdict is written.
 * ``operator_peak_rss_mib``: the operator process's VmHWM at the end.
 * ``status_bytes``: the session's status as JSON; ``merged_trace_bytes``: the stored
   merged trace.
@@ -44,11 +50,13 @@ import re
 import sys
 import tempfile
 import time
+import urllib.request
 from collections import Counter
 from pathlib import Path
 
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
+from prometheus_client.parser import text_string_to_metric_families
 from stepscope_dev.agent_fleet import AgentFleet, node_manifest, pod_manifest, running_status
 from stepscope_dev.build import ensure_binaries
 from stepscope_dev.cluster import start_cluster, stop_cluster
@@ -197,6 +205,8 @@ def _profile(api, namespace, ranks, fleet, args, operator) -> dict:
         phase = status.get("phase")
         if phase and phase not in seen:
             seen[phase] = time.time()
+        if status.get("summary") and "verdict" not in seen:
+            seen["verdict"] = time.time()
         if phase == "Capturing" and args.stop_agents and not stopped:
             for pod in fleet.pods[: args.stop_agents]:
                 pod.stop_agent()
@@ -229,12 +239,11 @@ def _profile(api, namespace, ranks, fleet, args, operator) -> dict:
         "missing": ranks_status.get("missingRanges"),
         "failed": ranks_status.get("failedRanges"),
         "probe_arm_seconds": _between(seen, "Planning", "Armed"),
-        "window_end_to_verdict_seconds": (
-            round(seen[final] - window_end, 2) if final and window_end else None
-        ),
-        "sidecars_published_after_seconds": (
-            round(published - window_end, 2) if published and window_end else None
-        ),
+        **_fan_out_seconds(operator.env, namespace),
+        "window_end_to_verdict_seconds": _after(seen.get("verdict"), window_end),
+        "sidecars_published_after_seconds": _after(published, window_end),
+        "operator_verdict_seconds": _after(seen.get("verdict"), published),
+        "window_end_to_final_seconds": _after(seen.get(final), window_end),
         "analysis_job_seconds": _analysis_job_seconds(api, namespace),
         "operator_peak_rss_mib": peak_rss_mib(operator.pid),
         "status_bytes": len(json.dumps(status).encode()),
@@ -246,6 +255,35 @@ def _profile(api, namespace, ranks, fleet, args, operator) -> dict:
         "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)],
         "_status": status,
     }
+
+
+def _fan_out_seconds(env: dict[str, str], namespace: str) -> dict[str, float | None]:
+    """The parts of probe + arm the operator measured itself (its /metrics): the probe
+    fan-out, the arm fan-out, and within the arm the CPU time spent signing grants. The
+    rest of probe + arm is listing the target's pods, saving the plan and status writes."""
+    url = f"http://127.0.0.1:{env['STEPSCOPE_METRICS_PORT']}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as response:
+        families = text_string_to_metric_families(response.read().decode())
+        values = {
+            sample.name: sample.value
+            for family in families
+            for sample in family.samples
+            if sample.labels.get("namespace") == namespace
+        }
+    names = {
+        "probe_seconds": "stepscope_probe_duration_seconds_sum",
+        "arm_seconds": "stepscope_arm_duration_seconds_sum",
+        "grant_signing_seconds": "stepscope_grant_signing_seconds_total",
+    }
+    return {key: _rounded(values.get(name)) for key, name in names.items()}
+
+
+def _rounded(value: float | None) -> float | None:
+    return round(value, 3) if value is not None else None
+
+
+def _after(moment: float | None, start: float | None) -> float | None:
+    return round(moment - start, 2) if moment and start else None
 
 
 def _analysis_job_seconds(api, namespace: str) -> float | None:
@@ -357,6 +395,7 @@ def _growth(small: dict, large: dict) -> dict:
         "growth": f"{large['ranks']}/{small['ranks']}",
         "probe_arm_seconds": ratio("probe_arm_seconds"),
         "window_end_to_verdict_seconds": ratio("window_end_to_verdict_seconds"),
+        "operator_verdict_seconds": ratio("operator_verdict_seconds"),
         "operator_peak_rss_mib": ratio("operator_peak_rss_mib"),
     }
 

@@ -90,6 +90,10 @@ class AgentClient:
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._fan_out = fan_out or FanOut(max_in_flight=1 << 16, retry=_SINGLE_TRY)
 
+    @property
+    def namespace(self) -> str:
+        return self._namespace
+
     async def status(self, pod: str, ip: str, timing: CallTiming | None = None) -> wire.AgentStatus:
         body = await self._call(pod, ip, "GET", wire.STATUS_PATH, timing=timing)
         return _validated(pod, f"GET {wire.STATUS_PATH}", wire.AgentStatus, body)

@@ -8,12 +8,14 @@ path-style addressing, which every S3-compatible server accepts.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 import boto3
 from botocore.config import Config
 
+from stepscope_operator.post_policy import Credentials, PostPolicySigner
 from stepscope_operator.settings import OperatorSettings
 
 
@@ -21,6 +23,7 @@ from stepscope_operator.settings import OperatorSettings
 class Buckets:
     client: Any  # boto3 S3 client for the operator's own calls
     presigner: Any  # boto3 S3 client whose URLs the agents use
+    post_signer: PostPolicySigner  # the agents' POST upload forms, for the same endpoint
     bucket: str
 
     def put_bytes(self, key: str, body: bytes, content_type: str) -> None:
@@ -97,32 +100,65 @@ class Buckets:
         return len(keys)
 
 
-def _client(settings: OperatorSettings, endpoint: str | None) -> Any:
-    credentials = {}
+def _session(settings: OperatorSettings) -> boto3.session.Session:
+    """Explicit keys from the settings, else boto3's own chain (environment, web identity,
+    instance role): the same credentials for the clients and the POST signer."""
     if settings.s3_access_key_id and settings.s3_secret_access_key:
-        credentials = {
-            "aws_access_key_id": settings.s3_access_key_id.get_secret_value(),
-            "aws_secret_access_key": settings.s3_secret_access_key.get_secret_value(),
-        }
-    return boto3.client(
+        return _shared_session(
+            settings.s3_access_key_id.get_secret_value(),
+            settings.s3_secret_access_key.get_secret_value(),
+        )
+    return _shared_session(None, None)
+
+
+@functools.cache
+def _shared_session(access_key: str | None, secret_key: str | None) -> boto3.session.Session:
+    """One session per set of keys for the whole process: each session loads botocore's
+    service models and endpoint data afresh (about 10 MiB), and the operator makes several
+    clients (its own, the agents' signer, the readers' signer, the artifact links')."""
+    if access_key and secret_key:
+        return boto3.session.Session(aws_access_key_id=access_key, aws_secret_access_key=secret_key)
+    return boto3.session.Session()
+
+
+def _client(session: boto3.session.Session, settings: OperatorSettings, endpoint: str | None):
+    return session.client(
         "s3",
         endpoint_url=endpoint,
         region_name=settings.s3_region,
         config=Config(
             signature_version="s3v4", s3={"addressing_style": "path"}, retries={"max_attempts": 3}
         ),
-        **credentials,
     )
 
 
+def _post_signer(session: boto3.session.Session, presigner: Any, bucket: str) -> PostPolicySigner:
+    def credentials() -> Credentials:
+        found = session.get_credentials()
+        if found is None:
+            raise RuntimeError(
+                "no S3 credentials: set STEPSCOPE_S3_ACCESS_KEY_ID and "
+                "STEPSCOPE_S3_SECRET_ACCESS_KEY, or give the operator a role"
+            )
+        frozen = found.get_frozen_credentials()
+        return Credentials(frozen.access_key, frozen.secret_key, frozen.token)
+
+    # Path-style addressing: the form posts to <endpoint>/<bucket>.
+    url = f"{presigner.meta.endpoint_url.rstrip('/')}/{bucket}"
+    return PostPolicySigner(url, bucket, presigner.meta.region_name, credentials)
+
+
 def connect_buckets(settings: OperatorSettings) -> Buckets:
+    session = _session(settings)
+    presigner = _client(session, settings, settings.agent_s3_endpoint)
     return Buckets(
-        client=_client(settings, settings.s3_endpoint),
-        presigner=_client(settings, settings.agent_s3_endpoint),
+        client=_client(session, settings, settings.s3_endpoint),
+        presigner=presigner,
+        post_signer=_post_signer(session, presigner, settings.s3_bucket),
         bucket=settings.s3_bucket,
     )
 
 
 def connect_reader_presigner(settings: OperatorSettings) -> Any:
     """A client that only signs artifact read links, for the endpoint users' machines reach."""
-    return _client(settings, settings.reader_s3_endpoint)
+    return _client(_session(settings), settings, settings.reader_s3_endpoint)

@@ -58,12 +58,11 @@ def post_grant(
     buckets: Buckets, key: str, expires_in: int, now: datetime, max_bytes: int, content_type: str
 ) -> ArtifactGrant:
     """A POST upload of at most `max_bytes` to exactly `key` (the policy says `eq $key`)."""
-    form = buckets.presigner.generate_presigned_post(
-        buckets.bucket,
+    form = buckets.post_signer.sign(
         key,
-        Fields={"Content-Type": content_type},
-        Conditions=[{"Content-Type": content_type}, ["content-length-range", 0, max_bytes]],
-        ExpiresIn=expires_in,
+        expires_in,
+        fields={"Content-Type": content_type},
+        conditions=[{"Content-Type": content_type}, ["content-length-range", 0, max_bytes]],
     )
     return ArtifactGrant(
         key=key,

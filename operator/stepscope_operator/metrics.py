@@ -56,6 +56,17 @@ ARM_DURATION = Histogram(
     ["namespace"],
     buckets=(0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0),
 )
+PROBE_DURATION = Histogram(
+    "stepscope_probe_duration_seconds",
+    "Time to probe every agent of a session for its ranks' steps and clocks (the fan-out).",
+    ["namespace"],
+    buckets=(0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0),
+)
+GRANT_SIGNING = Counter(
+    "stepscope_grant_signing_seconds_total",
+    "Time spent signing the agents' upload grants (CPU, off the event loop), summed over pods.",
+    ["namespace"],
+)
 AGENT_CALL_FAILURES = Counter(
     "stepscope_agent_call_failures_total",
     "Agent calls that failed after their retries, by call (status, arm, capture, cancel).",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from collections.abc import Mapping
 from datetime import datetime
 
@@ -16,6 +17,7 @@ from stepscope.api.agent import CaptureRequest, CaptureStatus, Tier, tier_profil
 from stepscope_operator.agent_client import AgentClient, AgentError
 from stepscope_operator.buckets import Buckets
 from stepscope_operator.grants import create_rank_grants, grant_lifetime
+from stepscope_operator.metrics import GRANT_SIGNING
 from stepscope_operator.planning import WindowPlan
 from stepscope_operator.settings import OperatorSettings
 from stepscope_operator.targets import RankTarget
@@ -65,17 +67,13 @@ async def arm_pod(
 ) -> CaptureStatus:
     """Arm one pod's agent (or find it already armed). Raises AgentError."""
     pod, ip = pod_targets[0].pod, pod_targets[0].pod_ip or ""
-    try:
-        return await client.capture(pod, ip, capture_id)
-    except AgentError as exc:
-        if exc.status != 404:
-            raise
     expires_in = grant_lifetime(deadline, now, settings.grant_margin_seconds)
     # The tier table says whether the tier traces; a rank without a trace gets no trace grant.
     takes_trace = tier_profile(tier).traces
 
     def grants_for_pod() -> list:
-        return [
+        signing = time.monotonic()
+        grants = [
             create_rank_grants(
                 buckets,
                 session_prefix,
@@ -87,13 +85,23 @@ async def arm_pod(
             )
             for target in pod_targets
         ]
+        GRANT_SIGNING.labels(client.namespace).inc(time.monotonic() - signing)
+        return grants
 
     # Signing many grants is CPU work; keep it off the event loop.
     grants = await asyncio.to_thread(grants_for_pod)
     request = build_capture_request(
         capture_id, plan, tier, deadline, pod_targets, grants, settings.max_bytes_per_rank
     )
-    return await client.arm(pod, ip, request)
+    try:
+        return await client.arm(pod, ip, request)
+    except AgentError as exc:
+        if exc.status != 409:
+            raise
+    # The capture id is this session's own, so a conflict means this operator armed the
+    # pod before it restarted, with grants signed then: that capture stands. (Asking first
+    # would cost every arm a second round trip for the sake of a rare restart.)
+    return await client.capture(pod, ip, capture_id)
 
 
 async def cancel_captures(

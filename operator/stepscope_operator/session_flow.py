@@ -11,6 +11,7 @@ by `timeoutSeconds` before arming, by the capture deadline after it.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Coroutine
 from datetime import timedelta
 from typing import Any
@@ -45,6 +46,7 @@ from stepscope_operator.following import (
     poll_captures,
 )
 from stepscope_operator.hang_watch import run_hang_check
+from stepscope_operator.metrics import PROBE_DURATION
 from stepscope_operator.planning import PlanningError, plan_window
 from stepscope_operator.pod_arming import cancel_captures, capture_id_for
 from stepscope_operator.probing import probe_agents
@@ -61,9 +63,9 @@ from stepscope_operator.status import (
     final_phase,
     is_final,
     judge_ranks,
-    step_timings_only,
     summary_from_job,
     tally_ranks,
+    verdict_line,
 )
 from stepscope_operator.target_listing import list_targets
 from stepscope_operator.targets import InvalidTarget, NoLivePods
@@ -250,7 +252,9 @@ async def make_plan(
                 )
                 return None
             pod_ips = {t.pod: t.pod_ip for t in targets}
+            probing = time.monotonic()
             probes = await probe_agents(ctx.agents(view.namespace), pod_ips)
+            PROBE_DURATION.labels(view.namespace).observe(time.monotonic() - probing)
             now = ctx.now()
             try:
                 plan = plan_window(
@@ -394,15 +398,23 @@ async def collect_and_analyze(
         )
         return
     summary = summary_from_job(job, record.plan.step_time_ms)
-    # The merged trace and the report need raw traces: the analysis Job builds them in the
-    # session's namespace. However it ends, the verdict above stands; a failure is a note.
-    # Unfinished uploads (the ranks', a failed Job's) are aborted once the Job has ended:
-    # after an operator restart it may still be uploading through its multipart grant.
+    comparison = await compare_with_baseline(ctx, view, job)
+    analyzed = verdict_line(job, summary)
+    verdict = captured + ((ANALYZED, "True", Reason.ANALYZED, analyzed),)
+    baseline = {"baseline_comparison": status_record(comparison)} if comparison else {}
+    # The verdict needs only the summaries, so it goes into the status now, before the
+    # analysis Job reads raw traces for the merged trace and the report: `kubectl describe`
+    # answers "why is it slow" while the Job runs. However the Job ends, the verdict
+    # stands; a failure is a note. Unfinished uploads (the ranks', a failed Job's) are
+    # aborted once the Job has ended: after an operator restart it may still be uploading
+    # through its multipart grant.
     await writer.enter(
         Phase.ANALYZING,
         Reason.ANALYSIS_JOB_RUNNING,
-        f"merged {len(job.ranks)} rank summaries; the analysis Job builds the report and "
-        "merged trace",
+        f"{analyzed}; the analysis Job builds the report and merged trace",
+        conditions=verdict,
+        summary=summary,
+        **baseline,
     )
     rendered = await render_artifacts(
         ctx.kube,
@@ -418,27 +430,12 @@ async def collect_and_analyze(
     artifacts = await asyncio.to_thread(
         publish_artifacts, ctx.buckets, prefix, ctx.now(), retention, rendered
     )
-    comparison = await compare_with_baseline(ctx, view, job)
-    if step_timings_only(job):
-        data_share = job.mean_breakdown.percent("data_loading_ms")
-        analyzed = (
-            f"step timings only: median step {summary.step_time}, {data_share:.0f}% data wait; "
-            "communication is not separated from compute at this tier (use granularity ops)"
-        )
-    else:
-        analyzed = f"bottleneck {summary.bottleneck}, median step {summary.step_time}"
-    if summary.straggler is not None:
-        analyzed += f", straggler rank {summary.straggler.rank} (pod {summary.straggler.pod})"
     await writer.enter(
         phase,
         reason,
         f"{message}; {analyzed}" + (f"; notes: {'; '.join(notes)}" if notes else ""),
-        conditions=captured
-        + ((ANALYZED, "True", Reason.ANALYZED, analyzed),)
-        + ((rendered.condition,) if rendered.condition else ()),
-        summary=summary,
+        conditions=verdict + ((rendered.condition,) if rendered.condition else ()),
         artifacts=artifacts,
-        **({"baseline_comparison": status_record(comparison)} if comparison else {}),
     )
 
 

@@ -300,6 +300,27 @@ def step_timings_only(job: JobSummary) -> bool:
     return bool(job.ranks) and all(is_step_timings(rank) for rank in job.ranks)
 
 
+def verdict_line(job: JobSummary, summary: Summary) -> str:
+    """The verdict in one line, for the Ready condition and the session's Events. A named
+    straggler carries its lateness test's p-value, so a reader can weigh it."""
+    if step_timings_only(job):
+        data_share = job.mean_breakdown.percent("data_loading_ms")
+        line = (
+            f"step timings only: median step {summary.step_time}, {data_share:.0f}% data wait; "
+            "communication is not separated from compute at this tier (use granularity ops)"
+        )
+    else:
+        line = f"bottleneck {summary.bottleneck}, median step {summary.step_time}"
+    straggler = summary.straggler
+    if straggler is not None:
+        line += f", straggler rank {straggler.rank} (pod {straggler.pod}"
+        if straggler.confidence is not None:
+            p_value = 1 - straggler.confidence
+            line += ", p<0.001" if p_value < 0.001 else f", p={p_value:.2g}"
+        line += ")"
+    return line
+
+
 def _bottleneck(job: JobSummary, timings_only: bool) -> dict[str, str | None]:
     """The status's bottleneck and, when it is unknown, the reason. Step timings can only
     show a data-loading bottleneck; anything else they cannot tell apart."""

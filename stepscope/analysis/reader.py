@@ -195,6 +195,11 @@ class TraceReader:
         """Fill ``header`` from the head and, when the text ``ended`` well, the tail."""
         keys = _top_level_keys(bytes(recorder.head))
         trailing = _trailing_keys(recorder.tail) if ended else None
+        if ended and trailing is None and len(recorder.head) == recorder.position:
+            # The whole text is in the head, so parsing all of it finds the trailing keys
+            # where the search from the end gave up (many "], " inside them).
+            keys = _all_keys_in_head(bytes(recorder.head))
+            trailing = {}
         if trailing is not None:
             keys.update(trailing)
         self.header.complete = trailing is not None or "traceEvents" not in keys
@@ -243,6 +248,31 @@ def _mentions_trace_events(head: bytes) -> bool:
 
 def _top_level_keys(head: bytes) -> dict:
     """Top-level keys found before ``traceEvents`` (whose value is skipped)."""
+    return _keys_before_events(head) or _all_keys_in_head(head)
+
+
+def _keys_before_events(head: bytes) -> dict | None:
+    """The fast way: cut the text where ``"traceEvents"`` first appears and parse only
+    what comes before, closed with ``"traceEvents": null}``. Skipping the array's value by
+    parsing it costs as much as reading the trace again (a 300 KB trace fits in the head
+    whole). None when the cut is not a top-level key there (the name inside an earlier
+    value, say): the slow way then decides."""
+    cut = head.find(b'"traceEvents"')
+    if cut < 0:
+        return None
+    text = head[:cut].rstrip()
+    if not text.endswith((b"{", b",")):
+        return None
+    try:
+        found = json.loads(text + b'"traceEvents": null}')
+    except ValueError:
+        return None
+    if not isinstance(found, dict) or list(found)[-1:] != ["traceEvents"]:
+        return None
+    return found
+
+
+def _all_keys_in_head(head: bytes) -> dict:
     found: dict = {}
     try:
         for key, value in ijson.kvitems(BytesIO(head), "", use_float=True):
@@ -264,18 +294,24 @@ _SPACE_RE = re.compile(r"\s*")
 def _trailing_keys(tail: bytes) -> dict | None:
     """Top-level keys after ``traceEvents``, from the end of the text.
 
-    The array's end is the last ``], "`` after which the rest of the text is
-    a sequence of ``"key": value`` pairs closed by the final ``}``; inner
-    positions fail that test at the first unbalanced bracket, so the first
-    position (from the end) that passes is it. Returns ``{}`` when the text
-    simply ends with the array, ``None`` when no position passes.
+    The array's end is a ``], "`` after which the rest of the text is a sequence of
+    ``"key": value`` pairs closed by the final ``}``. Positions inside the events fail that
+    test at the first unbalanced bracket, but the end of any other top-level array
+    (``deviceProperties``, before or after the events) passes it too. So the array's end
+    is the earliest passing position after the ``traceEvents`` key, when the text holds
+    it, whose pairs do not include ``traceEvents``. Returns ``{}`` when the text simply
+    ends with the array, ``None`` when no position passes.
     """
     text = tail.decode("utf-8", errors="replace")
+    after = max(text.find('"traceEvents"'), 0)
+    found = None
     # Trailing metadata is small: the boundary is among the last few candidates.
-    for match in list(_ARRAY_END_RE.finditer(text))[-1 : -_MAX_BOUNDARY_TRIES - 1 : -1]:
+    for match in list(_ARRAY_END_RE.finditer(text, after))[-1 : -_MAX_BOUNDARY_TRIES - 1 : -1]:
         pairs = _object_body(text, match.end() - 1)
-        if pairs is not None:
-            return pairs
+        if pairs is not None and "traceEvents" not in pairs:
+            found = pairs
+    if found is not None:
+        return found
     if re.search(r"\]\s*\}\s*$", text):
         return {}
     return None

@@ -90,21 +90,28 @@ def _slow_node(job: JobSummary, node: SlowNode) -> Finding:
     )
 
 
-def own_times(job: JobSummary, rank: int) -> dict[str, float]:
-    """A rank's time per step by category, with its exposed communication less its wait
-    for peers as "transfer_ms" (its own collectives' cost once everyone arrived)."""
-    breakdown = job.rank_breakdowns[rank]
+def own_times(job: JobSummary) -> dict[int, dict[str, float]]:
+    """Every rank's time per step by category, with its exposed communication less its
+    wait for peers as "transfer_ms" (its own collectives' cost once everyone arrived)."""
     waits = {a.rank: a.wait_ms_per_step for a in job.arrivals}
-    times = {name: getattr(breakdown, name) for name in _OWN_CATEGORIES if name != "transfer_ms"}
-    times["transfer_ms"] = max(0.0, breakdown.comm_exposed_ms - waits.get(rank, 0.0))
+    times = {}
+    for rank, breakdown in job.rank_breakdowns.items():
+        mine = {name: getattr(breakdown, name) for name in _OWN_CATEGORIES if name != "transfer_ms"}
+        mine["transfer_ms"] = max(0.0, breakdown.comm_exposed_ms - waits.get(rank, 0.0))
+        times[rank] = mine
     return times
 
 
-def extra_time(job: JobSummary, rank: int) -> tuple[str, dict[str, float]]:
+def extra_time(
+    job: JobSummary, rank: int, times: dict[int, dict[str, float]] | None = None
+) -> tuple[str, dict[str, float]]:
     """The category in which `rank` spends the most time beyond the other ranks' median
-    ("none" when it spends more in none), and that excess for every category."""
-    mine = own_times(job, rank)
-    others = [own_times(job, other) for other in job.rank_breakdowns if other != rank]
+    ("none" when it spends more in none), and that excess for every category. `times`
+    is `own_times(job)`, computed once when asking about several ranks (it is linear in
+    the ranks, so asking for each of many late ranks afresh would be quadratic)."""
+    times = times if times is not None else own_times(job)
+    mine = times[rank]
+    others = [own for other, own in times.items() if other != rank]
     extra = {name: mine[name] - median([o[name] for o in others]) for name in _OWN_CATEGORIES}
     cause = max(extra, key=extra.get)
     return (cause if extra[cause] > 0 else "none"), extra
@@ -192,7 +199,8 @@ def late_ranks(job: JobSummary) -> Finding | None:
     late = [arrivals[rank] for rank in job.late_ranks]
     excess = median([a.excess_ms for a in late])
     impact = pct_of_step(max(a.excess_ms for a in late), job)
-    causes = [extra_time(job, a.rank)[0] for a in late]
+    times = own_times(job)
+    causes = [extra_time(job, a.rank, times)[0] for a in late]
     cause = max(sorted(set(causes)), key=causes.count)
     group = job.late_group
     p_value = max(a.p_value for a in late)

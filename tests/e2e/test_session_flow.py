@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import gzip
 import json
+from datetime import datetime
 from typing import get_args
 
 import pytest
 from e2e_helpers import apply, profile_session, pytorchjob, running_pods
+from stepscope_operator.analysis_job import COMPONENT, COMPONENT_LABEL
 from support import wait_until
 from support.operator_helpers import get_session, session_events, session_phase
 
@@ -86,6 +88,16 @@ def test_session_from_apply_to_analysed_describe(e2e_cluster, namespace, operato
     rendered = next(c for c in status["conditions"] if c["type"] == "ArtifactsRendered")
     assert rendered["status"] == "True" and rendered["reason"] == "ArtifactsRendered"
     assert status["artifacts"]["bytes"] > 0 and status["artifacts"]["expiresAt"]
+    # The verdict went into the status before the analysis Job was created: `kubectl
+    # describe` answers while the Job reads the raw traces.
+    jobs = cluster.kubectl(
+        "get", "jobs", "-n", namespace, "-l", f"{COMPONENT_LABEL}={COMPONENT}", "-o", "json"
+    ).stdout
+    (analysis_job,) = json.loads(jobs)["items"]
+    created = _instant(analysis_job["metadata"]["creationTimestamp"])
+    analyzed = next(c for c in status["conditions"] if c["type"] == "Analyzed")
+    assert analyzed["status"] == "True"
+    assert _instant(analyzed["lastTransitionTime"]).replace(microsecond=0) <= created
 
     printed = cluster.kubectl("get", "profilesessions", "-n", namespace).stdout
     assert "Succeeded" in printed and summary["stepTime"] in printed
@@ -95,3 +107,7 @@ def test_session_from_apply_to_analysed_describe(e2e_cluster, namespace, operato
 
     cluster.kubectl("delete", "profilesession", "ddp-profile", "-n", namespace, "--timeout=60s")
     assert s3.list_objects_v2(Bucket=cluster.s3_bucket, Prefix=prefix).get("KeyCount", 0) == 0
+
+
+def _instant(text: str) -> datetime:
+    return datetime.fromisoformat(text)

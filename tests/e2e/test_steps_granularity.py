@@ -76,7 +76,9 @@ def test_steps_tier_session_succeeds_with_step_times(e2e_cluster, namespace, ope
         summary["stepTimeMs"]["p50"] / 1000
     )
     assert values[("stepscope_sessions_finished_total", "Succeeded")] == 1
-    # One arming fan-out, over all four agents.
+    # One probing and one arming fan-out, over all four agents, each signing grants.
+    assert values[("stepscope_probe_duration_seconds_count", None)] == 1
     assert values[("stepscope_arm_duration_seconds_count", None)] == 1
+    assert values[("stepscope_grant_signing_seconds_total", None)] > 0
     assert not any(s.name == "stepscope_session_breakdown_ratio" for s in samples)
     assert {s.labels.get("target") for s in samples if "target" in s.labels} == {"pytorchjob/ddp"}

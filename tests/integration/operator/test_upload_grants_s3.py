@@ -135,6 +135,21 @@ def test_an_over_budget_post_is_refused_by_the_storage_server(buckets, prefix):
     buckets.delete_prefix(prefix)
 
 
+def test_an_expired_or_altered_post_form_is_refused(buckets, prefix):
+    late = create_rank_grants(buckets, prefix, 5, True, 1, datetime.now(UTC), MIB)
+    fresh = create_rank_grants(buckets, prefix, 6, True, 60, datetime.now(UTC), MIB)
+    # The Content-Type is a condition of the policy: a form that changes it is refused.
+    post = fresh.summary.post
+    altered = {**post.fields, "Content-Type": "text/html"}
+    refused = requests.post(post.url, data=altered, files={"file": ("f", b"{}")}, timeout=60)
+    assert refused.status_code == 403, refused.text
+    time.sleep(2.5)
+    expired = _post(late.summary, b"{}")
+    assert expired.status_code == 403, expired.text
+    assert buckets.list_keys(prefix) == []
+    assert _post(fresh.summary, b"{}").status_code == 204
+
+
 def test_rank_grants_hold_no_open_upload_and_untraced_ranks_get_no_trace_bytes(buckets, prefix):
     now = datetime.now(UTC)
     traced = create_rank_grants(buckets, prefix, 3, True, 60, now, 32 * MIB)

@@ -23,6 +23,7 @@ from stepscope_operator.status import (
     set_condition,
     summary_from_job,
     tally_ranks,
+    verdict_line,
 )
 from stepscope_operator.targets import RankTarget
 from synthetic_ranks import STEP_US, rank_summary
@@ -74,6 +75,12 @@ def test_one_straggler_among_1024_is_named():
     summary = summary_from_job(job, 95.0)
     assert summary.straggler.rank == 700
     assert summary.straggler.pod == pod_of(700) and summary.straggler.node == node_of(700)
+    # The one-line verdict (Ready condition, Events) carries the test's p-value.
+    assert verdict_line(job, summary).endswith(f"straggler rank 700 (pod {pod_of(700)}, p<0.001)")
+    weak = summary.model_copy(
+        update={"straggler": summary.straggler.model_copy(update={"confidence": 0.92})}
+    )
+    assert verdict_line(job, weak).endswith(f"(pod {pod_of(700)}, p=0.08)")
 
 
 def test_one_slow_node_of_8_ranks_is_named_and_no_single_straggler():
@@ -91,6 +98,7 @@ def test_pure_noise_names_no_straggler_and_no_slow_node():
     assert job.straggler is None and job.slow_node is None
     assert job.late_ranks == [] and job.late_group is None
     assert "rotating-lateness" not in [f.id for f in job.findings]  # 2% jitter is noise
+    assert "straggler" not in verdict_line(job, summary_from_job(job, 95.0))
 
 
 def test_the_status_of_a_1024_rank_session_fits_32_kib_and_names_the_straggler():
@@ -116,10 +124,7 @@ def test_the_status_of_a_1024_rank_session_fits_32_kib_and_names_the_straggler()
     ranks = tally_ranks(outcomes)
     phase, reason, message = final_phase(ranks)
     summary = summary_from_job(job, 95.0)
-    analyzed = (
-        f"bottleneck {summary.bottleneck}, median step {summary.step_time}, straggler rank "
-        f"{summary.straggler.rank} (pod {summary.straggler.pod})"
-    )
+    analyzed = verdict_line(job, summary)
     conditions = []
     for type_, status, why, text in (
         (READY, "True", reason, f"{message}; {analyzed}; notes: " + "; ".join(job.notes)),
