@@ -104,43 +104,49 @@ def recorded_traces(source: str) -> RecordedTraces | GpuRecordedTraces:
 
 
 class RecordedTraces:
-    """The recorded gloo ranks' traces, parsed once; `write` makes one rank's perturbed
-    copy. Each all-reduce on the gloo worker starts later and ends when it ended."""
+    """The recorded gloo ranks' traces, serialised once but for what a rank changes;
+    `write` makes one rank's perturbed copy. Each all-reduce on the gloo worker starts
+    later and ends when it ended.
+
+    A 1024-rank fleet writes 1024 of these on two cores, so each recorded event is kept
+    as its JSON text less its timestamp (and its name, for a profiler step; its duration,
+    for an all-reduce): a rank's copy formats those few numbers into the texts instead of
+    copying and serialising every event again."""
 
     def __init__(self, folder: Path = RECORDED) -> None:
-        self._base = [
+        base = [
             json.loads(gzip.decompress((folder / f"rank-{r}.json.gz").read_bytes()))
             for r in range(RECORDED_RANKS)
         ]
-        self._first_step = [_first_step(trace) for trace in self._base]
+        self._layouts = [_CpuLayout(trace) for trace in base]
         self.step_ms = statistics.median(
-            float(e["dur"]) / 1e3
-            for trace in self._base
-            for e in _step_events(trace["traceEvents"])
+            float(e["dur"]) / 1e3 for trace in base for e in _step_events(trace["traceEvents"])
         )
 
-    def perturbed(
+    def perturbed_text(
         self, rank: int, world_size: int, first_step: int, lateness: Lateness, seed: int
-    ) -> dict:
+    ) -> str:
+        """Rank `rank`'s trace of the window from `first_step`, as JSON text."""
         rng = random.Random(seed * 1_000_003 + rank)
-        trace = copy.deepcopy(self._base[rank % RECORDED_RANKS])
-        step_shift = first_step - self._first_step[rank % RECORDED_RANKS]
+        layout = self._layouts[rank % RECORDED_RANKS]
+        step_shift = first_step - layout.first_step
         offset = rng.uniform(-CLOCK_OFFSET_US, CLOCK_OFFSET_US)
         late_ms, jitter_ms = lateness.of(rank) * self.step_ms, JITTER_OF_STEP * self.step_ms
-        for event in trace["traceEvents"]:
-            if "ts" in event:
-                event["ts"] = float(event["ts"]) + offset
-            step = _STEP_NAME.match(str(event.get("name", "")))
-            if step:
-                event["name"] = f"ProfilerStep#{int(step.group(1)) + step_shift}"
-            elif event.get("name") == "gloo:all_reduce" and event.get("ph") == "X":
-                dur = float(event["dur"])
+        parts = list(layout.untimed)
+        for ts, kind, value, rest in layout.timed:
+            start = ts + offset
+            if kind is _STEP:
+                parts.append(f'{{"ts":{start!r},"name":"ProfilerStep#{value + step_shift}"{rest}')
+            elif kind is _ALL_REDUCE:
                 late_us = (late_ms + rng.uniform(0.0, jitter_ms)) * 1e3
-                late_us = min(late_us, dur * (1 - MIN_KEPT_FRACTION))
-                event["ts"] += late_us
-                event["dur"] = dur - late_us
-        _name_rank(trace, rank, world_size)
-        return trace
+                late_us = min(late_us, value * (1 - MIN_KEPT_FRACTION))
+                parts.append(f'{{"ts":{start + late_us!r},"dur":{value - late_us!r}{rest}')
+            else:
+                parts.append(f'{{"ts":{start!r}{rest}')
+        header = copy.deepcopy(layout.header)
+        _name_rank(header, rank, world_size)
+        head = json.dumps(header, separators=(",", ":"))
+        return head[:-1] + ',"traceEvents":[' + ",".join(parts) + "]}"
 
     def write(
         self,
@@ -153,9 +159,39 @@ class RecordedTraces:
     ) -> Path:
         """Write rank `rank`'s trace of the window from `first_step`, as the profiler
         exports it (plain JSON; the sidecar compresses it)."""
-        trace = self.perturbed(rank, world_size, first_step, lateness or Lateness.none(), seed)
-        path.write_text(json.dumps(trace, separators=(",", ":")))
+        text = self.perturbed_text(rank, world_size, first_step, lateness or Lateness.none(), seed)
+        path.write_text(text)
         return path
+
+
+_STEP, _ALL_REDUCE, _OTHER = object(), object(), object()
+
+
+class _CpuLayout:
+    """One recorded gloo rank's trace as texts: the untimed events whole; each timed one as
+    (ts, kind, the step number or the duration, the rest of its text after those keys)."""
+
+    def __init__(self, trace: dict) -> None:
+        self.header = {k: v for k, v in trace.items() if k != "traceEvents"}
+        self.first_step = _first_step(trace)
+        self.untimed: list[str] = []
+        self.timed: list[tuple[float, object, float, str]] = []
+        for event in trace["traceEvents"]:
+            if "ts" not in event:
+                self.untimed.append(json.dumps(event, separators=(",", ":")))
+                continue
+            rest = dict(event)
+            ts = float(rest.pop("ts"))
+            step = _STEP_NAME.match(str(event.get("name", "")))
+            if step:
+                del rest["name"]
+                kind, value = _STEP, int(step.group(1))
+            elif event.get("name") == "gloo:all_reduce" and event.get("ph") == "X":
+                kind, value = _ALL_REDUCE, float(rest.pop("dur"))
+            else:
+                kind, value = _OTHER, 0.0
+            text = json.dumps(rest, separators=(",", ":"))
+            self.timed.append((ts, kind, value, "}" if text == "{}" else "," + text[1:]))
 
 
 def shared_gpu_traces() -> Path:
