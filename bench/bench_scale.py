@@ -70,6 +70,7 @@ from stepscope_operator.settings import load_settings
 
 from stepscope.storage import SessionArtifact, session_key
 
+QUIET_WAIT_S = 600
 # The operator signs its agent calls with this keyring; the fleet trusts its public keys.
 KEYRING = AgentKeyring.generate()
 RANKS_PER_POD = 8
@@ -352,6 +353,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stop-agents", type=int, default=0, help="pods whose agent stops")
     parser.add_argument("--step-seconds", type=float, default=0.5, help="the fleet's step")
     parser.add_argument("--timeout", type=float, default=300, help="seconds per session")
+    parser.add_argument(
+        "--start-below-load",
+        type=float,
+        default=3.0,
+        help="wait up to 10 minutes for the 1-minute load average to fall under this",
+    )
     args = parser.parse_args(argv)
     sizes = [int(n) for n in args.ranks.split(",")]
     scenarios = args.scenarios.split(",")
@@ -371,6 +378,7 @@ def main(argv: list[str] | None = None) -> int:
             # The pod runner runs the analysis Jobs' pods (the Job controller creates them).
             start_podrunner(cluster, die_with_parent=True)
             api = k8s_config.new_client_from_config(config_file=str(cluster.kubeconfig))
+            _wait_for_quiet(args.start_below_load, QUIET_WAIT_S)
             lines = []
             for scenario in scenarios:
                 for ranks in sizes:
@@ -383,6 +391,15 @@ def main(argv: list[str] | None = None) -> int:
         small, large = lines[0], lines[len(sizes) - 1]
         print(json.dumps(_growth(small, large)), flush=True)
     return 0 if all(line["phase"] in ("Succeeded", "PartiallySucceeded") for line in lines) else 1
+
+
+def _wait_for_quiet(below: float, patience_s: float) -> None:
+    """Wait (once, before the first session) for the 1-minute load average to fall under
+    `below`, so a session does not start in the middle of someone else's test run; after
+    `patience_s` go on anyway (each line prints its load)."""
+    deadline = time.monotonic() + patience_s
+    while os.getloadavg()[0] >= below and time.monotonic() < deadline:
+        time.sleep(5)
 
 
 def _growth(small: dict, large: dict) -> dict:
