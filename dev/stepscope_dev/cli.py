@@ -44,7 +44,11 @@ def cmd_up(args: argparse.Namespace) -> int:
         except BaseException:
             stop_cluster(cluster)
             raise
-        print(f"  real node {node.name} ({node.address}), images:", file=sys.stderr)
+        print(
+            f"  real node {node.name} ({node.address}); pods reach the API server at "
+            f"{node.api_server} and S3 at {node.s3_endpoint}; images:",
+            file=sys.stderr,
+        )
         for role, reference in vars(node.images).items():
             print(f"    {role:9} {reference}", file=sys.stderr)
     print(

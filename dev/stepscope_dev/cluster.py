@@ -31,7 +31,8 @@ STATE_FILE = "instance.json"
 S3_REGION = "us-east-1"
 S3_BUCKET = "stepscope"
 # There is no kube-proxy here, so no service IP is ever routed; the range only
-# has to be valid and distinct from the 127.0.0.0/8 pod addresses.
+# has to be valid and distinct from the 127.0.0.0/8 pod addresses. A real node replaces it
+# with the lower half of its bridge's /24 (stepscope_dev.realnode.network.service_range).
 SERVICE_CIDR = "10.96.0.0/16"
 STARTUP_TIMEOUT_S = 120.0
 
@@ -132,6 +133,10 @@ class LocalCluster:
     def running(self) -> dict[str, bool]:
         return {name: pid_alive(pid) for name, pid in self.pids.items()}
 
+    @property
+    def service_cidr(self) -> str:
+        return self.real_node.get("service_range") or SERVICE_CIDR
+
 
 def _write_kubeconfig(path: Path, server: str, ca: Path, cert: Path, key: Path, user: str) -> None:
     path.write_text(
@@ -163,6 +168,17 @@ def _write_kubeconfig(path: Path, server: str, ca: Path, cert: Path, key: Path, 
         )
     )
     path.chmod(0o600)
+
+
+def _kubernetes_service_flags(cluster: LocalCluster) -> list[str]:
+    """Where the `kubernetes` Service's endpoint points. With a real node it is the bridge
+    address (where the node's relay serves the API server to pods), published by the lease
+    reconciler like any cluster's; without one there is no address a pod could reach, and
+    the loopback address cannot be published (validation forbids 127.0.0.0/8)."""
+    address = cluster.real_node.get("address")
+    if address:
+        return [f"--advertise-address={address}", "--endpoint-reconciler-type=lease"]
+    return ["--advertise-address=127.0.0.1", "--endpoint-reconciler-type=none"]
 
 
 def _wait_until(what: str, check, cluster: LocalCluster, timeout: float = STARTUP_TIMEOUT_S):
@@ -232,7 +248,7 @@ def _start_apiserver(cluster: LocalCluster, keys: pki_module.Pki, die_with_paren
             str(cluster.bin_dir / "kube-apiserver"),
             f"--etcd-servers=http://127.0.0.1:{cluster.etcd_port}",
             "--bind-address=127.0.0.1",
-            "--advertise-address=127.0.0.1",
+            *_kubernetes_service_flags(cluster),
             f"--secure-port={cluster.api_port}",
             f"--tls-cert-file={keys.serving_cert}",
             f"--tls-private-key-file={keys.serving_key}",
@@ -242,10 +258,7 @@ def _start_apiserver(cluster: LocalCluster, keys: pki_module.Pki, die_with_paren
             f"--service-account-key-file={keys.service_account_pub}",
             f"--service-account-signing-key-file={keys.service_account_key}",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-            f"--service-cluster-ip-range={SERVICE_CIDR}",
-            # The loopback address cannot be published as the `kubernetes`
-            # Service's endpoint (validation forbids 127.0.0.0/8).
-            "--endpoint-reconciler-type=none",
+            f"--service-cluster-ip-range={cluster.service_cidr}",
             "--allow-privileged=true",
             # For a real node (stepscope_dev.realnode): the API server's identity towards
             # kubelets (logs, exec), and webhook Services reached at their endpoints, since no
@@ -292,7 +305,7 @@ def _start_controller_manager(
             "--use-service-account-credentials=true",
             f"--service-account-private-key-file={keys.service_account_key}",
             f"--root-ca-file={keys.ca_cert}",
-            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            f"--service-cluster-ip-range={cluster.service_cidr}",
             # The process pod runner's node has no kubelet heartbeats; node lifecycle would
             # taint it and evict the harness's pods. A real node's kubelet renews its lease,
             # and the controller lifts the not-ready taint the kubelet registers with.
@@ -355,8 +368,10 @@ def start_cluster(
 ) -> LocalCluster:
     """Start every component under `root` and return once all of them answer.
 
-    ``real_node`` prepares the control plane for ``stepscope_dev.realnode`` (node lifecycle
-    on); the node itself is started by ``start_real_node``."""
+    ``real_node`` prepares the control plane for ``stepscope_dev.realnode``: the node's bridge
+    is made first (``prepare_real_node``), so the API server's certificate names its address and
+    its service range is the bridge's lower half; node lifecycle is on. The node itself is
+    started by ``start_real_node``."""
     if (root / STATE_FILE).exists():
         previous = LocalCluster.load(root)
         if any(previous.running().values()):
@@ -383,16 +398,21 @@ def start_cluster(
         s3_access_key="stepscope" + secrets.token_hex(4),
         s3_secret_key=secrets.token_urlsafe(30),
     )
-    keys = pki_module.create_pki(root / "pki")
-    _write_kubeconfig(
-        cluster.kubeconfig,
-        cluster.api_url,
-        keys.ca_cert,
-        keys.admin_cert,
-        keys.admin_key,
-        "stepscope-admin",
-    )
     try:
+        server_ips: tuple[str, ...] = ()
+        if real_node:
+            from stepscope_dev.realnode.node import prepare_real_node
+
+            server_ips = (prepare_real_node(cluster),)
+        keys = pki_module.create_pki(root / "pki", extra_server_ips=server_ips)
+        _write_kubeconfig(
+            cluster.kubeconfig,
+            cluster.api_url,
+            keys.ca_cert,
+            keys.admin_cert,
+            keys.admin_key,
+            "stepscope-admin",
+        )
         for start in (_start_etcd, _start_s3):
             start(cluster, die_with_parent)
             cluster.save()

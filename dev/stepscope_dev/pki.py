@@ -102,8 +102,11 @@ def _issue(
     return builder.sign(ca_key, hashes.SHA256())
 
 
-def create_pki(directory: Path) -> Pki:
-    """Write a CA, serving and client certificates and service-account keys."""
+def create_pki(directory: Path, extra_server_ips: tuple[str, ...] = ()) -> Pki:
+    """Write a CA, serving and client certificates and service-account keys.
+
+    ``extra_server_ips`` are more addresses the API server is reached at besides 127.0.0.1:
+    a real node's bridge address, where its pods reach it (stepscope_dev.realnode)."""
     directory.mkdir(parents=True, exist_ok=True)
     pki = Pki(
         *(
@@ -140,7 +143,7 @@ def create_pki(directory: Path) -> Pki:
             "kubernetes.default.svc.cluster.local",
         )
     ]
-    sans += [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+    sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ("127.0.0.1", *extra_server_ips)]
     _write_key(serving_key, pki.serving_key)
     _write_cert(
         _issue(

@@ -16,6 +16,13 @@ no routing of our own. What keeps it private:
   already has, so parallel instances never share one.
 
 The harness gives the bridge its address itself (the plugin would only do so as a gateway).
+
+The /24 is split in two halves. Pods get addresses from the upper one. The lower one is the API
+server's service range (``--service-cluster-ip-range``), whose first address, the one the API
+server always gives the ``kubernetes`` Service, is the bridge's own address: so the ClusterIP the
+kubelet hands every pod in ``KUBERNETES_SERVICE_HOST`` is an address the pods reach, and the
+node's relay (``bridge_relay``) answers there on the Service's port 443 for the API server. Other
+ClusterIPs of that half answer nothing, as no service IP does without kube-proxy.
 """
 
 from __future__ import annotations
@@ -76,6 +83,19 @@ def host_address(subnet: ipaddress.IPv4Network) -> str:
     return str(next(subnet.hosts()))
 
 
+def service_range(subnet: ipaddress.IPv4Network) -> ipaddress.IPv4Network:
+    """The lower half of the bridge's /24: the API server's service range, whose first address
+    (the ``kubernetes`` Service's ClusterIP) is the bridge's host address."""
+    lower, _ = subnet.subnets(prefixlen_diff=1)
+    return lower
+
+
+def pod_range(subnet: ipaddress.IPv4Network) -> ipaddress.IPv4Network:
+    """The upper half of the bridge's /24, where pods get their addresses (never a ClusterIP)."""
+    _, upper = subnet.subnets(prefixlen_diff=1)
+    return upper
+
+
 def create_bridge(name: str, subnet: ipaddress.IPv4Network) -> None:
     _ip("link", "add", "name", name, "type", "bridge")
     try:
@@ -110,7 +130,17 @@ def write_cni_config(
                 "ipam": {
                     "type": "host-local",
                     "dataDir": str(ipam_dir),
-                    "ranges": [[{"subnet": str(subnet), "rangeStart": str(subnet[2])}]],
+                    # The pods' route stays the whole /24, so they reach the host address in
+                    # the lower half; their own addresses come from the upper half only.
+                    "ranges": [
+                        [
+                            {
+                                "subnet": str(subnet),
+                                "rangeStart": str(pod_range(subnet)[1]),
+                                "rangeEnd": str(pod_range(subnet)[-2]),
+                            }
+                        ]
+                    ],
                 },
             }
         ],

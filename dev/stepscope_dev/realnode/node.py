@@ -1,9 +1,13 @@
 """Start and stop the real node of a local control plane: containerd, kube-scheduler and kubelet.
 
-``start_real_node(cluster)`` installs the Debian packages it needs, builds the node's images,
-creates the host-only bridge, starts containerd, imports the images, starts kube-scheduler and
-the kubelet and returns once the API server reports the Node Ready. What it created that is not
-a process (the bridge, the cgroup subtree) is recorded in the cluster's saved state before it is
+``prepare_real_node(cluster)`` runs inside ``start_cluster(..., real_node=True)``, before the
+certificates are made: it installs the Debian packages the node needs, draws the bridge's /24 and
+creates the host-only bridge, because the API server's serving certificate must name the bridge
+address (pods reach the API server there) and its service range is the lower half of that /24.
+``start_real_node(cluster)`` then builds the node's images, starts the bridge relay (the API
+server and S3 on the bridge address, ``bridge_relay``), containerd, kube-scheduler and the
+kubelet, and returns once the API server reports the Node Ready. What it created that is not a
+process (the bridge, the cgroup subtree) is recorded in the cluster's saved state before it is
 created, so ``stop_real_node`` (called by ``stop_cluster`` and ``stepscope dev down``) removes
 exactly that and nothing else, also after a failed start.
 """
@@ -20,15 +24,17 @@ from pathlib import Path
 from typing import Any
 
 from stepscope_dev.processes import pid_alive, stop_pid
-from stepscope_dev.realnode import containerd, kubelet, network
+from stepscope_dev.realnode import bridge_relay, containerd, kubelet, network
 from stepscope_dev.realnode.images import NodeImages, build_node_images
 from stepscope_dev.realnode.packages import ensure_packages
 
 READY_TIMEOUT_S = 180.0
 NODE_ROLE_BINDING = "stepscope:real-node"
 # Stopped in this order, before the control plane: the kubelet first, so nothing restarts the
-# containers that are then removed, and containerd last.
-NODE_COMPONENTS = ("kubelet", "kube-scheduler", "containerd")
+# containers that are then removed, then containerd, and the relay before its bridge goes.
+NODE_COMPONENTS = ("kubelet", "kube-scheduler", "containerd", "bridge-relay")
+# The port of the `kubernetes` Service (the API server always gives it 443).
+KUBERNETES_SERVICE_PORT = 443
 
 
 class RuntimeUnavailable(RuntimeError):
@@ -42,6 +48,10 @@ class RealNode:
     address: str
     images: NodeImages
     containerd: containerd.ContainerdPaths
+    # What pods reach: the API server at the `kubernetes` Service's ClusterIP and port (the
+    # bridge address, 443), and S3 at the bridge address on versitygw's own port.
+    api_server: str
+    s3_endpoint: str
 
 
 def node_dir(cluster: Any) -> Path:
@@ -87,38 +97,73 @@ def _bind_node_role(cluster: Any, node_name: str) -> None:
     cluster.kubectl("apply", "-f", "-", input=json.dumps(binding))
 
 
-def start_real_node(cluster: Any, *, die_with_parent: bool = False) -> RealNode:
-    """Bring up the real node for ``cluster`` (whose bin_dir holds kubelet and kube-scheduler)."""
-    from stepscope_dev import pki as pki_module
-    from stepscope_dev.cluster import _write_kubeconfig
-
+def prepare_real_node(cluster: Any) -> str:
+    """Install the node's packages, draw its /24 and create the bridge; returns the bridge
+    address, which the API server's certificate must name. Called by ``start_cluster`` before
+    the control plane starts; the bridge is created now, so no other instance on this host
+    draws the same /24 meanwhile."""
     try:
         ensure_packages()
     except RuntimeError as error:
         raise RuntimeUnavailable(str(error)) from error
-    images, archives = build_node_images()
     instance_id = secrets.token_hex(6)
-    node_name = f"stepscope-real-{instance_id[:6]}"
     subnet = network.choose_subnet()
     bridge = network.bridge_name(instance_id)
-    address = network.host_address(subnet)
-    cgroup_root = f"stepscope-{instance_id}"
     cluster.real_node = {
-        "name": node_name,
-        "address": address,
+        "name": f"stepscope-real-{instance_id[:6]}",
+        "address": network.host_address(subnet),
         "subnet": str(subnet),
+        "service_range": str(network.service_range(subnet)),
         "bridge": bridge,
-        "cgroup_root": cgroup_root,
+        "cgroup_root": f"stepscope-{instance_id}",
     }
     cluster.save()
+    network.create_bridge(bridge, subnet)
+    return cluster.real_node["address"]
+
+
+def _start_relay(cluster: Any, address: str, subnet: ipaddress.IPv4Network, die_with_parent: bool):
+    """The API server at the `kubernetes` Service's ClusterIP and port and at the endpoint the
+    API server publishes for it (the bridge address on its own secure port), and S3 at the bridge
+    address on versitygw's port: one relay process for all three."""
+    forwards = [
+        bridge_relay.Forward(address, KUBERNETES_SERVICE_PORT, "127.0.0.1", cluster.api_port),
+        bridge_relay.Forward(address, cluster.api_port, "127.0.0.1", cluster.api_port),
+        bridge_relay.Forward(address, cluster.s3_port, "127.0.0.1", cluster.s3_port),
+    ]
+    cluster.pids["bridge-relay"] = bridge_relay.start_bridge_relay(
+        forwards,
+        subnet,
+        cluster.logs_dir / "bridge-relay.log",
+        die_with_parent=die_with_parent,
+    )
+    cluster.save()
+
+
+def start_real_node(cluster: Any, *, die_with_parent: bool = False) -> RealNode:
+    """Bring up the real node for ``cluster`` (whose bin_dir holds kubelet and kube-scheduler),
+    started by ``start_cluster(..., real_node=True)``."""
+    from stepscope_dev import pki as pki_module
+    from stepscope_dev.cluster import _write_kubeconfig
+
+    if not (getattr(cluster, "real_node", None) or {}).get("bridge"):
+        raise ValueError(
+            "the cluster was started without a real node: start it with "
+            "start_cluster(..., real_node=True) (stepscope dev up --node real), so the API "
+            "server's certificate and service range fit the node's bridge"
+        )
+    images, archives = build_node_images()
+    state = cluster.real_node
+    node_name, address, cgroup_root = state["name"], state["address"], state["cgroup_root"]
+    subnet = ipaddress.ip_network(state["subnet"])
     root = node_dir(cluster)
     paths = containerd.ContainerdPaths(root)
     kubelet_paths = kubelet.KubeletPaths(root)
     pki_dir = Path(cluster.root) / "pki"
     try:
-        network.create_bridge(bridge, subnet)
+        _start_relay(cluster, address, subnet, die_with_parent)
         kubelet.create_cgroup_root(cgroup_root)
-        network.write_cni_config(paths.cni_conf_dir, paths.cni_ipam_dir, bridge, subnet)
+        network.write_cni_config(paths.cni_conf_dir, paths.cni_ipam_dir, state["bridge"], subnet)
         containerd.write_config(paths, images.pause, network.CNI_BIN_DIR)
         containerd_log = cluster.logs_dir / "containerd.log"
         cluster.pids["containerd"] = containerd.start_containerd(
@@ -189,7 +234,14 @@ def start_real_node(cluster: Any, *, die_with_parent: bool = False) -> RealNode:
     except BaseException:
         stop_real_node(cluster)
         raise
-    return RealNode(name=node_name, address=address, images=images, containerd=paths)
+    return RealNode(
+        name=node_name,
+        address=address,
+        images=images,
+        containerd=paths,
+        api_server=f"{address}:{KUBERNETES_SERVICE_PORT}",
+        s3_endpoint=f"http://{address}:{cluster.s3_port}",
+    )
 
 
 def _mounts_under(directory: Path) -> list[str]:

@@ -122,6 +122,11 @@ def _resolve_env(
     for variable in container.get("env", []):
         if "value" in variable:
             env[variable["name"]] = _local_path(variable["value"], mounts)
+        elif "fieldRef" in variable["valueFrom"]:
+            # Only the pod's name is asked for (kopf's POD_ID); a process has no pod, so it
+            # stands in with a name of its own.
+            assert variable["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name", variable
+            env[variable["name"]] = f"{namespace}-chart-operator-process"
         else:
             ref = variable["valueFrom"]["secretKeyRef"]
             env[variable["name"]] = _secret_data(cluster, namespace, ref["name"])[

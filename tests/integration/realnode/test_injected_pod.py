@@ -109,7 +109,7 @@ def _injected_pod(node, namespace: str) -> dict:
         agent_image=node.images.agent,
         image_pull_policy="Never",
         trusted_keys=AgentKeyring.generate().trusted_keys_text(),
-        storage_endpoint=f"http://{node.address}:9000",
+        storage_endpoint=node.s3_endpoint,
     )
     return jsonpatch.apply_patch(pod, build_injection_patch(pod, {}, settings))
 

@@ -11,6 +11,9 @@ from stepscope_operator.settings import ENV as OPERATOR_ENV
 from stepscope_operator.webhook import ENV as WEBHOOK_ENV
 from stepscope_operator.webhook import load_webhook_settings
 
+# kopf's own variable: the operator's identity, read before any of ours.
+KOPF_POD_ID_ENV = "POD_ID"
+
 
 def operator_container(objects):
     deployment = one(objects, "Deployment")
@@ -53,9 +56,19 @@ def test_every_setting_the_chart_passes_is_one_the_operator_reads(tmp_path):
             tmp_path,
         )
     )
-    known = set(OPERATOR_ENV.values()) | set(WEBHOOK_ENV.values())
+    known = set(OPERATOR_ENV.values()) | set(WEBHOOK_ENV.values()) | {KOPF_POD_ID_ENV}
     passed = {e["name"] for e in container["env"]}
     assert passed - known == set(), f"the operator reads no such settings: {passed - known}"
+
+
+def test_kopf_is_named_after_its_pod_not_the_passwd_entry(tmp_path):
+    # Without POD_ID kopf calls getpass.getuser(), which fails for the image's numeric user
+    # (no passwd entry) and stops the operator at start.
+    deployment, container = operator_container(render(None, tmp_path))
+    user = deployment["spec"]["template"]["spec"]["securityContext"]["runAsUser"]
+    env = {e["name"]: e for e in container["env"]}
+    assert env[KOPF_POD_ID_ENV]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert user == 65532
 
 
 def test_no_credentials_by_default_and_only_secret_references_when_asked(tmp_path):
