@@ -64,7 +64,7 @@ PROBE_DURATION = Histogram(
 )
 GRANT_SIGNING = Counter(
     "stepscope_grant_signing_seconds_total",
-    "Time spent signing the agents' upload grants (CPU, off the event loop), summed over pods.",
+    "CPU time spent signing the agents' upload grants (off the event loop), summed over pods.",
     ["namespace"],
 )
 AGENT_CALL_FAILURES = Counter(
