@@ -7,8 +7,9 @@ window end to verdict. The summaries are the real sidecar summariser's
 (`summarize_rank`) of real recorded traces perturbed per rank (`stepscope_dev.fleet_traces`:
 the 4-rank gloo DDP scenario, a clock offset and arrival jitter per rank), 16 of them
 summarised once and repeated over the ranks, with the late ranks of a scenario:
-`straggler` (one rank 20 ms late), `slow-node` (8 ranks of one node 12 ms late) or
-`late-ranks` (one rank in 16, on different nodes, 20 ms late: 64 of 1024).
+`straggler` (one rank a quarter of a step late), `slow-node` (8 ranks of one node 15% of
+a step late) or `late-ranks` (one rank in 16, on different nodes, a quarter of a step
+late: 64 of 1024).
 Each N is merged in a fresh child process (its own peak RSS). Prints one JSON line per
 N and scenario with ``merge_cpu_seconds``, ``per_rank_ms`` and
 ``per_rank_vs_anchor`` (per-rank CPU time / the smallest run's, same scenario: 1 or
@@ -27,7 +28,7 @@ import sys
 CHILD = r"""
 import json, resource, sys, tempfile, time
 from pathlib import Path
-from stepscope_dev.fleet_traces import RecordedTraces
+from stepscope_dev.fleet_traces import Lateness, RecordedTraces
 from stepscope.analysis import summarize_rank
 from stepscope_operator.collecting import merge_job
 from stepscope_operator.status import summary_from_job
@@ -35,15 +36,14 @@ from stepscope_operator.targets import RankTarget
 
 ranks, scenario = int(sys.argv[1]), sys.argv[2]
 PER_NODE = 8
-# Among the 16 distinct summaries, 0-7 are on time and 8-15 late: 12 ms for a slow node,
-# else 20 ms.
-late_ms = 12.0 if scenario == "slow-node" else 20.0
+# Among the 16 distinct summaries, 0-7 are on time and 8-15 late, by the fleet's default
+# shares of the step: a slow node's, else a straggler's.
+share = Lateness.slow_node([0]).of(0) if scenario == "slow-node" else Lateness.straggler(0).of(0)
+lateness = Lateness(dict.fromkeys(range(8, 16), share))
 traces = RecordedTraces()
 folder = Path(tempfile.mkdtemp())
 distinct = [
-    summarize_rank(
-        traces.write(folder / f"{r}.json", r, ranks, 100, late_ms if r >= 8 else 0.0, r), rank=r
-    )
+    summarize_rank(traces.write(folder / f"{r}.json", r, ranks, 100, lateness, r), rank=r)
     for r in range(16)
 ]
 # The late ranks sit in the middle of the job: one rank, or one node's eight; or one rank

@@ -103,7 +103,39 @@ def recorded_traces(source: str) -> RecordedTraces | GpuRecordedTraces:
     raise ValueError(f"trace source {source!r} is not one of {', '.join(TRACE_SOURCES)}")
 
 
-class RecordedTraces:
+class _PerturbedTraces:
+    """What both sources share: a rank's copy is made as JSON text and written whole."""
+
+    def perturbed_text(
+        self, rank: int, world_size: int, first_step: int, lateness: Lateness, seed: int
+    ) -> str:
+        raise NotImplementedError
+
+    def write(
+        self,
+        path: Path,
+        rank: int,
+        world_size: int,
+        first_step: int,
+        lateness: Lateness | None = None,
+        seed: int = 0,
+    ) -> Path:
+        """Write rank `rank`'s trace of the window from `first_step`, as the profiler
+        exports it (plain JSON; the sidecar compresses it)."""
+        text = self.perturbed_text(rank, world_size, first_step, lateness or Lateness.none(), seed)
+        path.write_text(text)
+        return path
+
+
+def _trace_text(header: dict, rank: int, world_size: int, events: list[str]) -> str:
+    """A trace's JSON text: its top-level keys, naming `rank`, then the event texts."""
+    header = copy.deepcopy(header)
+    _name_rank(header, rank, world_size)
+    head = json.dumps(header, separators=(",", ":"))
+    return head[:-1] + ',"traceEvents":[' + ",".join(events) + "]}"
+
+
+class RecordedTraces(_PerturbedTraces):
     """The recorded gloo ranks' traces, serialised once but for what a rank changes;
     `write` makes one rank's perturbed copy. Each all-reduce on the gloo worker starts
     later and ends when it ended.
@@ -143,25 +175,7 @@ class RecordedTraces:
                 parts.append(f'{{"ts":{start + late_us!r},"dur":{value - late_us!r}{rest}')
             else:
                 parts.append(f'{{"ts":{start!r}{rest}')
-        header = copy.deepcopy(layout.header)
-        _name_rank(header, rank, world_size)
-        head = json.dumps(header, separators=(",", ":"))
-        return head[:-1] + ',"traceEvents":[' + ",".join(parts) + "]}"
-
-    def write(
-        self,
-        path: Path,
-        rank: int,
-        world_size: int,
-        first_step: int,
-        lateness: Lateness | None = None,
-        seed: int = 0,
-    ) -> Path:
-        """Write rank `rank`'s trace of the window from `first_step`, as the profiler
-        exports it (plain JSON; the sidecar compresses it)."""
-        text = self.perturbed_text(rank, world_size, first_step, lateness or Lateness.none(), seed)
-        path.write_text(text)
-        return path
+        return _trace_text(layout.header, rank, world_size, parts)
 
 
 _STEP, _ALL_REDUCE, _OTHER = object(), object(), object()
@@ -200,7 +214,7 @@ def shared_gpu_traces() -> Path:
     return Path(os.environ.get(SHARED_TRACES_ENV, default))
 
 
-class GpuRecordedTraces:
+class GpuRecordedTraces(_PerturbedTraces):
     """One public NCCL DDP rank's trace, parsed and laid out as the window once; `write`
     makes one rank's perturbed copy by moving timestamps only.
 
@@ -346,25 +360,7 @@ class GpuRecordedTraces:
             name = f'"name":"ProfilerStep#{first_step + step}",' if step is not None else ""
             dur = f'"dur":{end - start:.3f},' if end is not None else ""
             parts.append(f'{{"ts":{start:.3f},{dur}{name}{self._rest[i]}}}')
-        header = copy.deepcopy(self._header)
-        _name_rank(header, rank, world_size)
-        head = json.dumps(header, separators=(",", ":"))
-        return head[:-1] + ',"traceEvents":[' + ",".join(parts) + "]}"
-
-    def write(
-        self,
-        path: Path,
-        rank: int,
-        world_size: int,
-        first_step: int,
-        lateness: Lateness | None = None,
-        seed: int = 0,
-    ) -> Path:
-        """Write rank `rank`'s trace of the window from `first_step`, as the profiler
-        exports it (plain JSON; the sidecar compresses it)."""
-        text = self.perturbed_text(rank, world_size, first_step, lateness or Lateness.none(), seed)
-        path.write_text(text)
-        return path
+        return _trace_text(self._header, rank, world_size, parts)
 
 
 def _timed(event: dict) -> bool:
