@@ -76,8 +76,9 @@ def test_steps_tier_session_succeeds_with_step_times(e2e_cluster, namespace, ope
         summary["stepTimeMs"]["p50"] / 1000
     )
     assert values[("stepscope_sessions_finished_total", "Succeeded")] == 1
-    # One probing and one arming fan-out, over all four agents, each signing grants.
-    assert values[("stepscope_probe_duration_seconds_count", None)] == 1
+    # One arming fan-out, over all four agents, after at least one probing one (planning
+    # probes again while the trainers have not started stepping), signing grants.
+    assert values[("stepscope_probe_duration_seconds_count", None)] >= 1
     assert values[("stepscope_arm_duration_seconds_count", None)] == 1
     assert values[("stepscope_grant_signing_seconds_total", None)] > 0
     assert not any(s.name == "stepscope_session_breakdown_ratio" for s in samples)
