@@ -8,19 +8,16 @@ test runner even when the runner itself is killed.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
-SHARED_TRACES_ENV = "STEPSCOPE_SHARED_TRACES"
+from stepscope_dev.fleet_traces import SHARED_TRACES_ENV, shared_gpu_traces
 
 
 @pytest.fixture(scope="session")
 def shared_traces() -> Path:
     """The public GPU traces shipped beside the repository in ../shared/traces/gpu."""
-    path = Path(os.environ.get(SHARED_TRACES_ENV, REPO_ROOT.parent / "shared" / "traces" / "gpu"))
+    path = shared_gpu_traces()
     if not path.is_dir():
         pytest.fail(f"shared traces not found at {path}; set {SHARED_TRACES_ENV}")
     return path

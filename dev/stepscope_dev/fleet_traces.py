@@ -47,8 +47,8 @@ from stepscope.analysis.classify import is_comm_kernel
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RECORDED = REPO_ROOT / "tests" / "data" / "scenarios" / "communication_bound"
 RECORDED_RANKS = 4
-# The public GPU traces live beside the repository (../shared/traces/gpu), as the tests
-# find them; this variable points elsewhere.
+# The public GPU traces live beside the repository (../shared/traces/gpu); this variable
+# points elsewhere. The tests find them here too (tests/conftest.py).
 SHARED_TRACES_ENV = "STEPSCOPE_SHARED_TRACES"
 GPU_RECORDED_NAME = "ddp-2rank-nccl-rank0.json.gz"
 # The recorded run's profiled steps; sessions of the fleet ask for this many.
