@@ -78,9 +78,16 @@ def test_a_two_rank_pytorchjob_succeeds(
     logs = {p.name: (p / "pytorch.log").read_text()[-1500:] for p in pods_dir.iterdir()}
     assert conditions.get("Succeeded") == "True", logs
 
-    pods = get_json(local_cluster, "pods", "-n", namespace, "-l", f"{PYTORCHJOB_NAME_LABEL}=tiny")[
-        "items"
-    ]
+    # The job succeeds when its master does (the default success policy), so
+    # the worker's own exit may still be on its way to the API server.
+    def pods_finished():
+        pods = get_json(
+            local_cluster, "pods", "-n", namespace, "-l", f"{PYTORCHJOB_NAME_LABEL}=tiny"
+        )["items"]
+        done = all(p["status"].get("phase") in ("Succeeded", "Failed") for p in pods)
+        return pods if pods and done else None
+
+    pods = wait_until(pods_finished, timeout=60, what="both pods of PyTorchJob tiny to exit")
     by_name = {pod["metadata"]["name"]: pod for pod in pods}
     assert set(by_name) == {"tiny-master-0", "tiny-worker-0"}
     for name, pod in by_name.items():
