@@ -32,6 +32,8 @@ NAMESPACE = "default"
 SESSION = "ddp-demo-profile"
 FINAL_PHASES = ("Succeeded", "PartiallySucceeded", "Failed")
 SESSION_TIMEOUT_S = 600.0
+# Real containers start slower than processes: four trainers each load torch from the host.
+JOB_START_TIMEOUT_S = 420.0
 DESCRIBE_FILE = "describe.txt"
 
 
@@ -102,29 +104,57 @@ def _copy_artifacts(cluster: LocalCluster, status: dict, out_dir: Path) -> list[
     return copied
 
 
-def run_demo(instance: Path, out_dir: Path, keep: bool, with_trainer: bool = False) -> int:
+def _start_process_platform(cluster: LocalCluster, with_trainer: bool) -> dict:
+    """The pod runner, the training operator and the stepscope operator as local processes;
+    returns ``submit_demo_job``'s arguments for this platform."""
+    say("starting the pod runner and the Kubeflow training operator")
+    start_podrunner(cluster)
+    start_training_operator(cluster)
+    if with_trainer:
+        say("starting the JobSet and Kubeflow Trainer v2 controllers")
+        start_trainer_controller(cluster)
+    cluster.kubectl("apply", "--server-side", "-f", str(REPO_ROOT / "crds"))
+    keyring = AgentKeyring.generate()
+    say("starting the stepscope operator")
+    _start_operator(cluster, keyring)
+    # The job declares its agent by hand; the agents trust this operator's keys.
+    return {"trusted_keys": keyring.trusted_keys_text()}
+
+
+def _start_real_platform(cluster: LocalCluster) -> dict:
+    from stepscope_dev.realnode.demo_node import real_node_job, start_demo_node
+
+    cluster.kubectl("apply", "--server-side", "-f", str(REPO_ROOT / "crds"))
+    demo_node = start_demo_node(cluster, say)
+    # The chart's webhook injects the agents, with the keys the chart generated.
+    return {"trusted_keys": None, "shape": lambda job: real_node_job(job, demo_node.node)}
+
+
+def run_demo(
+    instance: Path, out_dir: Path, keep: bool, with_trainer: bool = False, node: str = "real"
+) -> int:
     started = time.monotonic()
-    bin_dir = build.ensure_binaries()
+    real = node == "real"
+    if real and with_trainer:
+        raise SystemExit("--with-trainer runs on the process pod runner only: add --node process")
+    bin_dir = build.ensure_node_binaries() if real else build.ensure_binaries()
     if (instance / STATE_FILE).exists():
         stop_cluster(LocalCluster.load(instance))  # A previous demo left it running.
     say("starting the local control plane and S3")
-    cluster = start_cluster(instance, bin_dir)
+    cluster = start_cluster(instance, bin_dir, real_node=real)
     try:
-        say("starting the pod runner and the Kubeflow training operator")
-        start_podrunner(cluster)
-        start_training_operator(cluster)
-        if with_trainer:
-            say("starting the JobSet and Kubeflow Trainer v2 controllers")
-            start_trainer_controller(cluster)
-        cluster.kubectl("apply", "--server-side", "-f", str(REPO_ROOT / "crds"))
-        keyring = AgentKeyring.generate()
-        say("starting the stepscope operator")
-        _start_operator(cluster, keyring)
-
+        platform = (
+            _start_real_platform(cluster)
+            if real
+            else _start_process_platform(cluster, with_trainer)
+        )
         say("submitting the 4-rank CPU PyTorchJob ddp-demo")
-        submit_demo_job(cluster, NAMESPACE, trusted_keys=keyring.trusted_keys_text())
+        submit_demo_job(cluster, NAMESPACE, **platform)
         wait_until(
-            lambda: job_pods_running(cluster, NAMESPACE), 240, "the job's 4 pods to run", 1.0
+            lambda: job_pods_running(cluster, NAMESPACE),
+            JOB_START_TIMEOUT_S,
+            "the job's 4 pods to run",
+            1.0,
         )
         say("applying crds/examples/profilesession.yaml")
         cluster.kubectl(
@@ -184,8 +214,16 @@ def main(argv: list[str] | None = None) -> int:
         help="also run the JobSet and Kubeflow Trainer v2 controllers (TrainJobs, JobSets); "
         "their first build takes several minutes",
     )
+    parser.add_argument(
+        "--node",
+        choices=("real", "process"),
+        default="real",
+        help="real: pods run in containers on a real kubelet and containerd, the operator from "
+        'its image through the chart (docs/local-control-plane.md, "Real node"); process: '
+        "pods run as local processes under the pod runner, the operator as a local process",
+    )
     args = parser.parse_args(argv)
-    return run_demo(args.instance, args.out, args.keep, args.with_trainer)
+    return run_demo(args.instance, args.out, args.keep, args.with_trainer, args.node)
 
 
 if __name__ == "__main__":

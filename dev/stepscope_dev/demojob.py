@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -64,10 +65,19 @@ def agent_config_map(namespace: str, trusted_keys: str, storage_endpoint: str) -
     }
 
 
-def submit_demo_job(cluster: Any, namespace: str, *, trusted_keys: str, **knobs: Any) -> dict:
+def submit_demo_job(
+    cluster: Any,
+    namespace: str,
+    *,
+    trusted_keys: str | None,
+    shape: Callable[[dict], dict] | None = None,
+    **knobs: Any,
+) -> dict:
     """Create the namespace if needed, the trainer ConfigMap, the agents' ConfigMap (the
     operator's public keys `trusted_keys` and the instance's S3 endpoint) and the job
-    (``knobs`` as for ``demo_job_manifest``); returns the job manifest submitted."""
+    (``knobs`` as for ``demo_job_manifest``, then ``shape`` applied to it); returns the job
+    manifest submitted. With ``trusted_keys=None`` no agents' ConfigMap is made: the job's
+    agents are injected by the webhook, with the keys the operator's installation holds."""
     if cluster.kubectl("get", "namespace", namespace, check=False).returncode != 0:
         cluster.kubectl("create", "namespace", namespace)
     deadline = time.monotonic() + NAMESPACE_READY_TIMEOUT_S
@@ -83,6 +93,8 @@ def submit_demo_job(cluster: Any, namespace: str, *, trusted_keys: str, **knobs:
             )
         time.sleep(0.5)
     job = demo_job_manifest(**knobs)
+    if shape is not None:
+        job = shape(job)
     objects = [
         {
             "apiVersion": "v1",
@@ -90,9 +102,10 @@ def submit_demo_job(cluster: Any, namespace: str, *, trusted_keys: str, **knobs:
             "metadata": {"name": TRAINER_CONFIG_MAP, "namespace": namespace},
             "data": {"train_ddp.py": (DEMO_DIR / "train_ddp.py").read_text()},
         },
-        agent_config_map(namespace, trusted_keys, cluster.s3_endpoint),
         {**job, "metadata": {**job["metadata"], "namespace": namespace}},
     ]
+    if trusted_keys is not None:
+        objects.insert(1, agent_config_map(namespace, trusted_keys, cluster.s3_endpoint))
     cluster.kubectl(
         "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects})
     )
