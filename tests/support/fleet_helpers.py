@@ -13,15 +13,19 @@ from support.operator_helpers import AGENT_KEYRING
 __all__ = ["start_fleet"]
 
 
-def start_fleet(local_cluster, namespace, root, pods_n, ranks_per_pod, **fleet_options):
+def start_fleet(
+    local_cluster, namespace, root, pods_n, ranks_per_pod, storage_endpoint=None, **fleet_options
+):
     """`pods_n` pod objects bound to fleet nodes and marked running on fleet addresses,
-    each with its sidecar, all served by one `AgentFleet`."""
+    each with its sidecar, all served by one `AgentFleet`. The sidecars accept upload grants
+    for `storage_endpoint` only (the cluster's S3 on loopback unless given: the real node's
+    tests give the bridge address, where the operator's grants point then)."""
     fleet = AgentFleet(
         root,
         namespace,
         free_port(),
         AGENT_KEYRING.trusted_keys_text(),
-        local_cluster.s3_endpoint,
+        storage_endpoint or local_cluster.s3_endpoint,
         **fleet_options,
     )
     pods = fleet.add_pods([f"fleet-{index}" for index in range(pods_n)], ranks_per_pod)
