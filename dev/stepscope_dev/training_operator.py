@@ -7,6 +7,12 @@ instead of upstream's ``cmd/training-operator.v1``: upstream always serves its v
 on all interfaces and needs a certificate Secret, a Service and cluster DNS for it, which the
 local control plane does not have. docs/local-control-plane.md ("Training operator") lists every
 difference. The CRDs are applied from the module cache, where ``go`` downloaded the module.
+
+The workers' init container, which waits for the master, depends on who runs the pods: on the
+real node it waits until the master's name resolves through the cluster DNS
+(``pytorch_init_container_dns.yaml``, in the node's base image); with the process pod runner,
+which has no DNS, the runner resolves ``MASTER_ADDR`` itself before starting it
+(``pytorch_init_container.yaml``). ``start_training_operator`` picks the one for its cluster.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import json
 import os
 import shutil
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,11 +36,49 @@ COMPONENT = "training-operator"
 """Its name in the cluster's ``pids``."""
 MAIN_SOURCE = Path(__file__).with_name("training_operator_main.go")
 INIT_CONTAINER_TEMPLATE = Path(__file__).with_name("pytorch_init_container.yaml")
+DNS_INIT_CONTAINER_TEMPLATE = Path(__file__).with_name("pytorch_init_container_dns.yaml")
 CRD_FILES = ("kubeflow.org_pytorchjobs.yaml",)
 """Only PyTorchJob is enabled (``--enable-scheme=pytorchjob``), so only its CRD is applied."""
 PYTORCHJOB_CRD = "pytorchjobs.kubeflow.org"
 INIT_CONTAINER_IMAGE = "busybox"
 """Image name of the workers' init container; never pulled, the pod runner runs its command."""
+DNS_INIT_MAX_TRIES = 300
+"""How many times, a second apart, a worker's init container on the real node looks up the
+master's name before it fails: five minutes, for a master whose pod starts on a loaded node."""
+
+
+@dataclass(frozen=True)
+class WorkerInitContainer:
+    """The init container the operator adds to every worker: its template file and image."""
+
+    template: Path
+    image: str
+    max_tries: int = DNS_INIT_MAX_TRIES
+
+    def flags(self) -> list[str]:
+        return [
+            f"--pytorch-init-container-template-file={self.template}",
+            f"--pytorch-init-container-image={self.image}",
+            f"--pytorch-init-container-max-tries={self.max_tries}",
+        ]
+
+
+POD_RUNNER_INIT_CONTAINER = WorkerInitContainer(INIT_CONTAINER_TEMPLATE, INIT_CONTAINER_IMAGE)
+
+
+def dns_init_container(image: str) -> WorkerInitContainer:
+    """The real node's: wait until the master's name resolves, in ``image`` (sh and getent)."""
+    return WorkerInitContainer(DNS_INIT_CONTAINER_TEMPLATE, image)
+
+
+def init_container_for(cluster: Any) -> WorkerInitContainer:
+    """The DNS wait in the node's base image when ``cluster`` has a real node, else the pod
+    runner's."""
+    if (getattr(cluster, "real_node", None) or {}).get("bridge"):
+        from stepscope_dev.realnode.images import base_reference
+
+        return dns_init_container(base_reference())
+    return POD_RUNNER_INIT_CONTAINER
 
 
 def source_dir() -> Path:
@@ -105,10 +150,17 @@ def install_crds(cluster: Any) -> None:
     apply_crds(cluster, crd_paths(), [PYTORCHJOB_CRD])
 
 
-def start_training_operator(cluster: Any, *, die_with_parent: bool = False) -> subprocess.Popen:
+def start_training_operator(
+    cluster: Any,
+    *,
+    die_with_parent: bool = False,
+    init_container: WorkerInitContainer | None = None,
+) -> subprocess.Popen:
     """Build if needed, apply the CRD, and start the operator against ``cluster``; returns the
     process (the running one if this process started it before, see ``components``). Its log
-    is ``<instance>/logs/training-operator.log``."""
+    is ``<instance>/logs/training-operator.log``. ``init_container`` defaults to the one for
+    the cluster's pods (``init_container_for``)."""
+    chosen = init_container or init_container_for(cluster)
 
     def start() -> subprocess.Popen:
         binary = ensure_training_operator(cluster.bin_dir)
@@ -120,8 +172,7 @@ def start_training_operator(cluster: Any, *, die_with_parent: bool = False) -> s
                 "--enable-scheme=pytorchjob",
                 "--metrics-bind-address=0",
                 "--health-probe-bind-address=0",
-                f"--pytorch-init-container-template-file={INIT_CONTAINER_TEMPLATE}",
-                f"--pytorch-init-container-image={INIT_CONTAINER_IMAGE}",
+                *chosen.flags(),
                 "--zap-log-level=info",
             ],
             cluster.logs_dir / "training-operator.log",

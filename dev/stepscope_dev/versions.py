@@ -18,6 +18,8 @@ TRAINING_OPERATOR = "v1.9.4"
 # Kubeflow Trainer v2 runs TrainJobs as JobSets; JOBSET is the version its go.mod requires.
 TRAINER = "v2.0.0"
 JOBSET = "v0.8.2"
+# Cluster DNS of the real node (Apache-2.0); its binary's name carries the version.
+COREDNS = "v1.14.7"
 
 # One cache directory per set of versions, so upgrading any pin rebuilds only
 # into a fresh directory and never reuses a stale binary.

@@ -132,10 +132,20 @@ def _has_image(reference: str) -> bool:
     )
 
 
+def _base_tag() -> str:
+    return _digest_of([], extra=f"{DEBIAN_SUITE} {' '.join(BASE_PACKAGES)}")
+
+
+def base_reference() -> str:
+    """The base image's reference (what ``build_base`` builds), without building it: the
+    training operator names it for the workers' init container before any pod exists."""
+    return f"localhost/stepscope/base:{DEBIAN_SUITE}-{_base_tag()}"
+
+
 def build_base() -> tuple[str, Path]:
     """The mmdebstrap base image: its reference in the buildah store and its archive."""
-    tag = _digest_of([], extra=f"{DEBIAN_SUITE} {' '.join(BASE_PACKAGES)}")
-    reference = f"localhost/stepscope/base:{DEBIAN_SUITE}-{tag}"
+    tag = _base_tag()
+    reference = base_reference()
     archive = _archive("base", tag)
     if archive.exists() and _has_image(reference):
         return reference, archive

@@ -10,6 +10,9 @@ instances on this machine never manage each other's pods. What this VM needs:
   neighbour must not make this kubelet evict test pods.
 * Image garbage collection off (``imageGCHighThresholdPercent: 100``): the images were built
   locally and cannot be pulled again.
+* ``clusterDNS``: the node's CoreDNS on the bridge address (``cluster_dns``), with
+  ``clusterDomain: cluster.local``, so a pod's resolv.conf names it and carries the search path
+  ``<ns>.svc.cluster.local svc.cluster.local cluster.local``.
 
 Its API identity is a client certificate ``system:node:<name>`` in ``system:nodes`` from the
 instance CA, bound to the ``system:node`` ClusterRole (the API server runs RBAC only, without
@@ -26,6 +29,7 @@ from pathlib import Path
 from stepscope_dev.net import free_port
 from stepscope_dev.pki import issue_signed_cert
 from stepscope_dev.processes import start_process
+from stepscope_dev.realnode.cluster_dns import CLUSTER_DOMAIN
 
 CGROUP_MOUNTS = Path("/sys/fs/cgroup")
 
@@ -97,7 +101,13 @@ def write_identity(paths: KubeletPaths, pki_dir: Path, node_name: str, node_ip: 
 
 
 def write_config(
-    paths: KubeletPaths, *, ca_cert: Path, runtime_socket: Path, node_ip: str, cgroup_root: str
+    paths: KubeletPaths,
+    *,
+    ca_cert: Path,
+    runtime_socket: Path,
+    node_ip: str,
+    cgroup_root: str,
+    cluster_dns: str,
 ) -> dict[str, int]:
     """The KubeletConfiguration file; returns the ports it serves on."""
     ports = {"kubelet": free_port(), "kubelet-healthz": free_port()}
@@ -138,7 +148,8 @@ def write_config(
         "imageGCLowThresholdPercent": 99,
         "serializeImagePulls": False,
         "maxPods": 110,
-        "clusterDomain": "cluster.local",
+        "clusterDNS": [cluster_dns],
+        "clusterDomain": CLUSTER_DOMAIN,
         "resolvConf": "/etc/resolv.conf",
         # Fewer status and cAdvisor rounds: the machine is shared by many control planes.
         "nodeStatusUpdateFrequency": "20s",

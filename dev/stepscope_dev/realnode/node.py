@@ -5,8 +5,9 @@ certificates are made: it installs the Debian packages the node needs, draws the
 creates the host-only bridge, because the API server's serving certificate must name the bridge
 address (pods reach the API server there) and its service range is the lower half of that /24.
 ``start_real_node(cluster)`` then builds the node's images, starts the bridge relay (the API
-server and S3 on the bridge address, ``bridge_relay``), containerd, kube-scheduler and the
-kubelet, and returns once the API server reports the Node Ready. What it created that is not a
+server and S3 on the bridge address, ``bridge_relay``), containerd, kube-scheduler, CoreDNS (the
+cluster DNS on the bridge address, ``cluster_dns``) and the kubelet, and returns once the API
+server reports the Node Ready. What it created that is not a
 process (the bridge, the cgroup subtree) is recorded in the cluster's saved state before it is
 created, so ``stop_real_node`` (called by ``stop_cluster`` and ``stepscope dev down``) removes
 exactly that and nothing else, also after a failed start.
@@ -24,15 +25,16 @@ from pathlib import Path
 from typing import Any
 
 from stepscope_dev.processes import pid_alive, stop_pid
-from stepscope_dev.realnode import bridge_relay, containerd, kubelet, network
+from stepscope_dev.realnode import bridge_relay, cluster_dns, containerd, kubelet, network
 from stepscope_dev.realnode.images import NodeImages, build_node_images
 from stepscope_dev.realnode.packages import ensure_packages
 
 READY_TIMEOUT_S = 180.0
 NODE_ROLE_BINDING = "stepscope:real-node"
 # Stopped in this order, before the control plane: the kubelet first, so nothing restarts the
-# containers that are then removed, then containerd, and the relay before its bridge goes.
-NODE_COMPONENTS = ("kubelet", "kube-scheduler", "containerd", "bridge-relay")
+# containers that are then removed, then containerd, and the relay and CoreDNS (both on the
+# bridge address) before their bridge goes.
+NODE_COMPONENTS = ("kubelet", "kube-scheduler", "coredns", "containerd", "bridge-relay")
 # The port of the `kubernetes` Service (the API server always gives it 443).
 KUBERNETES_SERVICE_PORT = 443
 
@@ -203,6 +205,8 @@ def start_real_node(cluster: Any, *, die_with_parent: bool = False) -> RealNode:
             die_with_parent=die_with_parent,
         )
         cluster.save()
+        # Before the kubelet, so the first pod already finds its nameserver.
+        cluster_dns.start_cluster_dns(cluster, root, address, die_with_parent=die_with_parent)
 
         _bind_node_role(cluster, node_name)
         kubelet.write_identity(kubelet_paths, pki_dir, node_name, address)
@@ -220,6 +224,7 @@ def start_real_node(cluster: Any, *, die_with_parent: bool = False) -> RealNode:
             runtime_socket=paths.socket,
             node_ip=address,
             cgroup_root=cgroup_root,
+            cluster_dns=address,
         )
         cluster.pids["kubelet"] = kubelet.start_kubelet(
             kubelet_paths,

@@ -73,8 +73,11 @@ def test_the_kubelet_serves_only_on_private_addresses_and_keeps_state_local(tmp_
         runtime_socket=tmp_path / "containerd.sock",
         node_ip="10.213.9.1",
         cgroup_root="stepscope-abc",
+        cluster_dns="10.213.9.1",
     )
     config = json.loads(paths.config.read_text())
+    # Pods' nameserver is the node's CoreDNS on the bridge address, under the standard domain.
+    assert config["clusterDNS"] == ["10.213.9.1"] and config["clusterDomain"] == "cluster.local"
     assert config["address"] == "10.213.9.1" and config["healthzBindAddress"] == "127.0.0.1"
     assert config["readOnlyPort"] == 0 and config["authentication"]["anonymous"]["enabled"] is False
     assert {config["port"], config["healthzPort"]} == set(ports.values())
