@@ -46,7 +46,8 @@ def cmd_up(args: argparse.Namespace) -> int:
             raise
         print(
             f"  real node {node.name} ({node.address}); pods reach the API server at "
-            f"{node.api_server} and S3 at {node.s3_endpoint}; images:",
+            f"{node.api_server}, S3 at {node.s3_endpoint} and cluster DNS (CoreDNS) at "
+            f"{node.address}:53; images:",
             file=sys.stderr,
         )
         for role, reference in vars(node.images).items():

@@ -32,8 +32,8 @@ from stepscope_dev.realnode.packages import ensure_packages
 READY_TIMEOUT_S = 180.0
 NODE_ROLE_BINDING = "stepscope:real-node"
 # Stopped in this order, before the control plane: the kubelet first, so nothing restarts the
-# containers that are then removed, then containerd, and the relay and CoreDNS (both on the
-# bridge address) before their bridge goes.
+# containers that are then removed, CoreDNS once no pod is started that would look names up, then
+# containerd, and the relay before its bridge goes.
 NODE_COMPONENTS = ("kubelet", "kube-scheduler", "coredns", "containerd", "bridge-relay")
 # The port of the `kubernetes` Service (the API server always gives it 443).
 KUBERNETES_SERVICE_PORT = 443

@@ -7,7 +7,9 @@
   names outside the cluster (nothing is forwarded) and allowed only what its role grants.
 * A 2-rank PyTorchJob (dev/demo/train_ddp.py from a ConfigMap) runs to Succeeded: the worker's
   init container waited until ``<job>-master-0`` resolved through CoreDNS, then both ranks
-  trained with the host's torch from read-only mounts (``realnode.trainer_pods``).
+  trained with the host's torch from read-only mounts (``realnode.trainer_pods``). The master
+  is held back (an init container waits for a file the test creates) until the worker's init
+  container has logged that it is still waiting, so the wait itself is exercised.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ POD_TIMEOUT_S = 300.0
 JOB_TIMEOUT_S = 600.0
 TRAINER = Path(__file__).resolve().parents[3] / "dev" / "demo" / "train_ddp.py"
 # Bounded: a name that never resolves fails the pod after RESOLVE_TRIES seconds.
+# Bounded: the master's pod fails after 300 s if the test never opens the gate.
+HOLD_SCRIPT = "for i in $(seq 300); do [ -e /gate/open ] && exit 0; sleep 1; done; exit 1"
 PROBE_SCRIPT = """
 import json, socket, sys, time
 
@@ -266,16 +270,42 @@ def training_operator_on_node(real_node_cluster):
     return cluster, node
 
 
-def test_a_two_rank_pytorchjob_succeeds_on_the_real_node(training_operator_on_node):
+def _held_master(node, gate: Path) -> dict:
+    """The master replica, held back by an init container until the test opens ``gate`` (a
+    host directory, mounted read-only), so its name cannot resolve before then."""
+    replica = _replica(23456)
+    spec = replica["template"]["spec"]
+    spec["initContainers"] = [
+        {
+            "name": "hold",
+            "image": node.images.base,
+            "imagePullPolicy": "Never",
+            "command": ["sh", "-c", HOLD_SCRIPT],
+            "volumeMounts": [{"name": "gate", "mountPath": "/gate", "readOnly": True}],
+        }
+    ]
+    spec["volumes"].append({"name": "gate", "hostPath": {"path": str(gate), "type": "Directory"}})
+    return replica
+
+
+def test_a_two_rank_pytorchjob_succeeds_on_the_real_node(training_operator_on_node, tmp_path):
     cluster, node = training_operator_on_node
     namespace = f"realnode-ddp-{secrets.token_hex(3)}"
     cluster.kubectl("create", "namespace", namespace)
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    gate.chmod(0o755)
     job = {
         "apiVersion": "kubeflow.org/v1",
         "kind": "PyTorchJob",
         "metadata": {"name": "tiny", "namespace": namespace},
         # Every pod has a network namespace of its own here, so the upstream default port fits.
-        "spec": {"pytorchReplicaSpecs": {"Master": _replica(23456), "Worker": _replica(23456)}},
+        "spec": {
+            "pytorchReplicaSpecs": {
+                "Master": _held_master(node, gate),
+                "Worker": _replica(23456),
+            }
+        },
     }
     config_map = {
         "apiVersion": "v1",
@@ -296,6 +326,16 @@ def test_a_two_rank_pytorchjob_succeeds_on_the_real_node(training_operator_on_no
         result = cluster.kubectl("logs", "-n", namespace, pod, "-c", container, check=False)
         return (result.stdout + result.stderr)[-3000:]
 
+    # While the master is held, the worker's init container keeps looking its name up.
+    wait_until(
+        lambda: (
+            "init-pytorch: waiting for tiny-master-0 to resolve"
+            in logs("tiny-worker-0", "init-pytorch")
+        ),
+        POD_TIMEOUT_S,
+        "the worker's init container waiting for the master's name",
+    )
+    (gate / "open").touch()
     finished = wait_until(job_finished, JOB_TIMEOUT_S, "PyTorchJob tiny to finish")
     conditions = {c["type"]: c["status"] for c in finished["status"]["conditions"]}
     assert conditions.get("Succeeded") == "True", (
@@ -329,6 +369,7 @@ def test_a_two_rank_pytorchjob_succeeds_on_the_real_node(training_operator_on_no
     init_log = logs("tiny-worker-0", "init-pytorch")
     master_ip = pods["tiny-master-0"]["status"]["podIP"]
     assert "init-pytorch: tiny-master-0 resolved" in init_log
+    assert init_log.rindex("waiting for tiny-master-0") < init_log.index("tiny-master-0 resolved")
     assert re.search(
         rf"^{re.escape(master_ip)}\s+tiny-master-0\.{namespace}\.svc\.cluster\.local(\s|$)",
         init_log,
