@@ -1,7 +1,10 @@
 """`make demo`: one ProfileSession from `kubectl apply` to an analysed `kubectl describe`.
 
-Starts the local control plane, S3, the pod runner, the Kubeflow training operator and the
-stepscope operator; submits the 4-rank CPU PyTorchJob of dev/demo/; applies
+Starts the local control plane and S3, then the platform: by default (``--node real``) a real
+node (containerd, runc, kubelet, cluster DNS) with images built from our Dockerfiles, the Kubeflow
+training operator, and the stepscope operator from its image through charts/stepscope, whose
+webhook injects the agents (``realnode.demo_node``); with ``--node process`` the pod runner and
+the operator as local processes instead. Submits the 4-rank CPU PyTorchJob of dev/demo/; applies
 crds/examples/profilesession.yaml; follows the session's phases and Events as they happen;
 then prints `kubectl get` and `kubectl describe`, writes the describe output to
 <out>/describe.txt and copies the report and merged trace from S3 to the same directory.
@@ -124,7 +127,7 @@ def _start_process_platform(cluster: LocalCluster, with_trainer: bool) -> dict:
 def _start_real_platform(cluster: LocalCluster) -> dict:
     from stepscope_dev.realnode.demo_node import real_node_job, start_demo_node
 
-    cluster.kubectl("apply", "--server-side", "-f", str(REPO_ROOT / "crds"))
+    # The chart installs the CRDs: helm owns them, as on a cluster.
     demo_node = start_demo_node(cluster, say)
     # The chart's webhook injects the agents, with the keys the chart generated.
     return {"trusted_keys": None, "shape": lambda job: real_node_job(job, demo_node.node)}

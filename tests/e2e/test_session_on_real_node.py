@@ -5,7 +5,9 @@ the Kubeflow training operator's pods in containers, the workers' init container
 master's name through the node's cluster DNS; the agent injected by the chart's webhook through
 its Service; the trainers' torch from the host's virtualenv, mounted read-only; the analysis Job
 as a pod the kubelet starts. The session's verdict, Events and artifacts are held to the same
-assertions as tests/e2e/test_session_flow.py (``support.session_checks``).
+assertions as test_session_flow.py, which runs them on the process pod runner
+(``support.session_checks``). ``make test`` runs this module; the rest of the real node's tests
+are in tests/integration/realnode (``make test-realnode``).
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from support import wait_until
 from support.operator_helpers import REPO_ROOT, session_phase
 from support.session_checks import check_analysed_session, check_delete_removes_artifacts
 
+pytestmark = pytest.mark.e2e
+
 # Four trainers load torch from the host beside their agents on two loaded cores.
 PODS_TIMEOUT_S = 420.0
 SESSION_TIMEOUT_S = 420.0
@@ -36,7 +40,7 @@ STEPS = 3000
 @pytest.fixture(scope="module")
 def platform(real_node_cluster):
     cluster, node = real_node_cluster
-    cluster.kubectl("apply", "--server-side", "-f", str(REPO_ROOT / "crds"))
+    # The chart installs the CRDs (helm owns them; applying them first would make it refuse).
     trainer_operator = start_training_operator(cluster, die_with_parent=True)
     try:
         yield cluster, node, install_operator(cluster, node)
