@@ -6,11 +6,12 @@ from __future__ import annotations
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from stepscope_dev.agent_fleet import AgentFleet, node_manifest, pod_manifest, running_status
+from stepscope_dev.fleet_traces import RECORDED_STEPS
 
 from support import free_port
 from support.operator_helpers import AGENT_KEYRING
 
-__all__ = ["start_fleet"]
+__all__ = ["fleet_session", "start_fleet"]
 
 
 def start_fleet(
@@ -39,3 +40,23 @@ def start_fleet(
         core.patch_namespaced_pod_status(pod.name, namespace, {"status": running_status(pod.ip)})
     fleet.start()
     return fleet
+
+
+def fleet_session(namespace: str, name: str) -> dict:
+    """A ProfileSession over the fleet's pods at the ops tier, one window of all the recorded
+    steps, planned a second ahead."""
+    return {
+        "apiVersion": "stepscope.dev/v1alpha1",
+        "kind": "ProfileSession",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "target": {"podSelector": {"matchLabels": {"app": "fleet"}}},
+            "granularity": "ops",
+            "window": {
+                "steps": RECORDED_STEPS,
+                "warmupSteps": 0,
+                "leadSeconds": 1,
+                "timeoutSeconds": 90,
+            },
+        },
+    }

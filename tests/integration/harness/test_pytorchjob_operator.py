@@ -2,44 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from harness_kube import get_json
 from stepscope_operator.target_kinds.pytorchjob import JOB_NAME_LABEL as PYTORCHJOB_NAME_LABEL
 from support import free_port, wait_until
+from support.tiny_pytorchjob import replica, trainer_config_map
 
 pytestmark = pytest.mark.integration
-
-TRAINER = Path(__file__).resolve().parents[3] / "dev" / "demo" / "train_ddp.py"
-
-
-def _replica(port: int) -> dict:
-    return {
-        "replicas": 1,
-        "restartPolicy": "Never",
-        "template": {
-            "spec": {
-                "containers": [
-                    {
-                        "name": "pytorch",
-                        "image": "pytorch/pytorch:2.5.1-cpu",
-                        "command": [
-                            "python",
-                            "/workspace/train_ddp.py",
-                            "--steps",
-                            "20",
-                            "--decode-ms",
-                            "0",
-                        ],
-                        "ports": [{"name": "pytorchjob-port", "containerPort": port}],
-                        "volumeMounts": [{"name": "code", "mountPath": "/workspace"}],
-                    }
-                ],
-                "volumes": [{"name": "code", "configMap": {"name": "trainer"}}],
-            }
-        },
-    }
 
 
 def test_a_two_rank_pytorchjob_succeeds(
@@ -47,17 +16,12 @@ def test_a_two_rank_pytorchjob_succeeds(
 ):
     port = free_port()
     apply(
-        {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {"name": "trainer", "namespace": namespace},
-            "data": {"train_ddp.py": TRAINER.read_text()},
-        },
+        trainer_config_map(namespace),
         {
             "apiVersion": "kubeflow.org/v1",
             "kind": "PyTorchJob",
             "metadata": {"name": "tiny", "namespace": namespace},
-            "spec": {"pytorchReplicaSpecs": {"Master": _replica(port), "Worker": _replica(port)}},
+            "spec": {"pytorchReplicaSpecs": {"Master": replica(port), "Worker": replica(port)}},
         },
     )
 

@@ -15,11 +15,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from stepscope_dev.fleet_traces import RECORDED_STEPS, Lateness
+from stepscope_dev.fleet_traces import Lateness
 from stepscope_dev.podmemory import memory_cgroups_available
 from stepscope_operator.analysis_job import CONTAINER_NAME
 from support import wait_until
-from support.fleet_helpers import start_fleet
+from support.fleet_helpers import fleet_session, start_fleet
 from support.operator_helpers import (
     audited_operator,
     get_session,
@@ -60,7 +60,7 @@ def test_an_oom_killed_analysis_job_is_a_note(
     operator = audited_operator(env, tmp_path / "operator.log")
     operator.start()
     try:
-        local_cluster.kubectl("apply", "-f", "-", input=json.dumps(_session(namespace)))
+        local_cluster.kubectl("apply", "-f", "-", input=json.dumps(fleet_session(namespace, "oom")))
         wait_until(
             lambda: (
                 session_phase(local_cluster, namespace, "oom")
@@ -113,21 +113,3 @@ def _assert_pod_has_no_storage_credentials(local_cluster, namespace):
     assert text.count(local_cluster.s3_access_key) == plan_url.count(local_cluster.s3_access_key)
     (ended,) = pod["status"]["containerStatuses"]
     assert ended["state"]["terminated"]["reason"] == "OOMKilled"
-
-
-def _session(namespace):
-    return {
-        "apiVersion": "stepscope.dev/v1alpha1",
-        "kind": "ProfileSession",
-        "metadata": {"name": "oom", "namespace": namespace},
-        "spec": {
-            "target": {"podSelector": {"matchLabels": {"app": "fleet"}}},
-            "granularity": "ops",
-            "window": {
-                "steps": RECORDED_STEPS,
-                "warmupSteps": 0,
-                "leadSeconds": 1,
-                "timeoutSeconds": 90,
-            },
-        },
-    }

@@ -29,12 +29,12 @@ import re
 import secrets
 
 import pytest
-from stepscope_dev.fleet_traces import RECORDED_STEPS, Lateness
+from stepscope_dev.fleet_traces import Lateness
 from stepscope_operator.analysis_job import COMPONENT, COMPONENT_LABEL
 from stepscope_operator.buckets import connect_buckets
 from stepscope_operator.settings import ENV, load_settings
 from support import wait_until
-from support.fleet_helpers import start_fleet
+from support.fleet_helpers import fleet_session, start_fleet
 from support.operator_helpers import (
     REPO_ROOT,
     audited_operator,
@@ -88,24 +88,6 @@ def node_namespace(real_node_cluster, node_crds):
     cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
 
 
-def _session(namespace: str) -> dict:
-    return {
-        "apiVersion": "stepscope.dev/v1alpha1",
-        "kind": "ProfileSession",
-        "metadata": {"name": SESSION, "namespace": namespace},
-        "spec": {
-            "target": {"podSelector": {"matchLabels": {"app": "fleet"}}},
-            "granularity": "ops",
-            "window": {
-                "steps": RECORDED_STEPS,
-                "warmupSteps": 0,
-                "leadSeconds": 1,
-                "timeoutSeconds": 90,
-            },
-        },
-    }
-
-
 def _profile_on_node(cluster, node, namespace, tmp_path, **settings: str) -> dict:
     """Run one session of the fleet to its final phase with the operator on the host and the
     analysis Job on the node; returns the session's status."""
@@ -134,7 +116,7 @@ def _profile_on_node(cluster, node, namespace, tmp_path, **settings: str) -> dic
     operator = audited_operator(env, tmp_path / "operator.log")
     operator.start()
     try:
-        cluster.kubectl("apply", "-f", "-", input=json.dumps(_session(namespace)))
+        cluster.kubectl("apply", "-f", "-", input=json.dumps(fleet_session(namespace, SESSION)))
         wait_until(
             lambda: session_phase(cluster, namespace, SESSION) in FINAL_PHASES,
             FINAL_PHASE_TIMEOUT_S,

@@ -30,10 +30,10 @@ from stepscope_dev.realnode.trainer_pods import real_node_pytorchjob
 from stepscope_dev.training_operator import start_training_operator
 from stepscope_operator.target_kinds.pytorchjob import JOB_NAME_LABEL
 from support import wait_until
+from support.tiny_pytorchjob import replica, trainer_config_map
 
 POD_TIMEOUT_S = 300.0
 JOB_TIMEOUT_S = 600.0
-TRAINER = Path(__file__).resolve().parents[3] / "dev" / "demo" / "train_ddp.py"
 # Bounded: a name that never resolves fails the pod after RESOLVE_TRIES seconds.
 # Bounded: the master's pod fails after 300 s if the test never opens the gate.
 HOLD_SCRIPT = "for i in $(seq 300); do [ -e /gate/open ] && exit 0; sleep 1; done; exit 1"
@@ -235,34 +235,6 @@ def test_a_pod_resolves_services_through_the_kubelets_resolv_conf(real_node_clus
     assert can("create", "services") == "no"
 
 
-def _replica(port: int) -> dict:
-    return {
-        "replicas": 1,
-        "restartPolicy": "Never",
-        "template": {
-            "spec": {
-                "containers": [
-                    {
-                        "name": "pytorch",
-                        "image": "pytorch/pytorch:2.5.1-cpu",
-                        "command": [
-                            "python",
-                            "/workspace/train_ddp.py",
-                            "--steps",
-                            "20",
-                            "--decode-ms",
-                            "0",
-                        ],
-                        "ports": [{"name": "pytorchjob-port", "containerPort": port}],
-                        "volumeMounts": [{"name": "code", "mountPath": "/workspace"}],
-                    }
-                ],
-                "volumes": [{"name": "code", "configMap": {"name": "trainer"}}],
-            }
-        },
-    }
-
-
 @pytest.fixture(scope="module")
 def training_operator_on_node(real_node_cluster):
     cluster, node = real_node_cluster
@@ -273,8 +245,8 @@ def training_operator_on_node(real_node_cluster):
 def _held_master(node, gate: Path) -> dict:
     """The master replica, held back by an init container until the test opens ``gate`` (a
     host directory, mounted read-only), so its name cannot resolve before then."""
-    replica = _replica(23456)
-    spec = replica["template"]["spec"]
+    master = replica(23456)
+    spec = master["template"]["spec"]
     spec["initContainers"] = [
         {
             "name": "hold",
@@ -285,7 +257,7 @@ def _held_master(node, gate: Path) -> dict:
         }
     ]
     spec["volumes"].append({"name": "gate", "hostPath": {"path": str(gate), "type": "Directory"}})
-    return replica
+    return master
 
 
 def test_a_two_rank_pytorchjob_succeeds_on_the_real_node(training_operator_on_node, tmp_path):
@@ -303,16 +275,11 @@ def test_a_two_rank_pytorchjob_succeeds_on_the_real_node(training_operator_on_no
         "spec": {
             "pytorchReplicaSpecs": {
                 "Master": _held_master(node, gate),
-                "Worker": _replica(23456),
+                "Worker": replica(23456),
             }
         },
     }
-    config_map = {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {"name": "trainer", "namespace": namespace},
-        "data": {"train_ddp.py": TRAINER.read_text()},
-    }
+    config_map = trainer_config_map(namespace)
     made = real_node_pytorchjob(job, trainer_image=node.images.trainer, venv=Path(sys.prefix))
     _apply(cluster, config_map, made)
 
