@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 # Re-install only when the dependency pins change.
 VENV_STAMP := $(VENV)/.stepscope-installed
 
-.PHONY: venv binaries node-deps crds test test-unit test-realnode demo demo-process bench gpu-check lint clean-instance
+.PHONY: venv binaries node-deps node-images crds test test-unit test-realnode demo demo-process bench gpu-check lint clean-instance
 
 venv: $(VENV_STAMP)
 
@@ -29,22 +29,26 @@ node-deps: venv
 crds: venv
 	$(PY) -m stepscope.api.crdgen
 
-# The e2e tier includes the demo's session on the real node (tests/e2e/test_session_on_real_node.py,
-# which builds the node's binaries and images when they are missing: minutes cold); the rest of
-# the real node's tests run under test-realnode, to keep this one inside CI's time. The fixture
-# installs the node's packages itself, and skips (saying why) where the runtime cannot start.
-test: venv binaries
+# The real node's binaries (kubelet, kube-scheduler, CoreDNS), packages and images: minutes cold,
+# built here rather than inside a test's time limit. Where the packages cannot be installed it
+# says why and builds no images; the real node's tests then skip with the same error.
+node-images: venv binaries
+	$(PY) -m stepscope_dev.cli build --node real
+
+# The e2e tier includes the demo's session on the real node (tests/e2e/test_session_on_real_node.py);
+# the rest of the real node's tests run under test-realnode, to keep this one inside CI's time.
+test: venv binaries node-images
 	$(VENV)/bin/pytest -ra --ignore=tests/integration/realnode
 
 test-unit: venv
 	$(VENV)/bin/pytest -ra tests/unit
 
 # Pods on a real kubelet + containerd, images built from our Dockerfiles: the node's own tests.
-test-realnode: venv binaries node-deps
+test-realnode: venv binaries node-images
 	$(VENV)/bin/pytest -ra tests/integration/realnode
 
 # The demo on the real node: pods in containers, the operator from its image through the chart.
-demo: venv binaries node-deps
+demo: venv binaries node-images
 	$(PY) -m stepscope_dev.demo
 
 # The same demo with pods as local processes under the pod runner (no images, no kubelet).
