@@ -141,6 +141,17 @@ class PersistedPlan(BaseModel):
         return {t.pod: t.pod_ip for t in self.targets}
 
 
+def resume_line(view: SessionView, phase: Phase, record: PersistedPlan) -> str:
+    """The log line of a session picked up past its arming (after an operator restart, or a
+    retry of its daemon): the phase it resumes in and the window it keeps, from plan.json."""
+    plan = record.plan
+    return (
+        f"session {view.namespace}/{view.name} resumed in phase {phase} with its persisted "
+        f"plan: steps {plan.start_step}-{plan.end_step}, capture {record.capture_id}, "
+        f"deadline {record.capture_deadline.isoformat()}"
+    )
+
+
 def save_plan(ctx: OperatorContext, view: SessionView, record: PersistedPlan) -> None:
     key = session_key(view.prefix(ctx.settings), SessionArtifact.PLAN)
     ctx.buckets.put_bytes(key, record.model_dump_json().encode(), "application/json")

@@ -11,6 +11,7 @@ by `timeoutSeconds` before arming, by the capture deadline after it.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Coroutine
 from datetime import timedelta
@@ -36,6 +37,7 @@ from stepscope_operator.context import (
     SessionView,
     StatusWriter,
     load_plan,
+    resume_line,
     save_plan,
 )
 from stepscope_operator.errors import describe_exception, is_transient
@@ -69,6 +71,8 @@ from stepscope_operator.status import (
 )
 from stepscope_operator.target_listing import list_targets
 from stepscope_operator.targets import InvalidTarget, NoLivePods
+
+log = logging.getLogger(__name__)
 
 
 async def run_session(ctx: OperatorContext, body: dict[str, Any], stopped: Any) -> None:
@@ -108,6 +112,7 @@ async def drive_session(
                 Reason.PLAN_LOST, "the session's plan.json is gone from S3; cannot resume"
             )
             return
+        log.info(resume_line(view, writer.phase, record))
     while record is not None:
         if writer.phase in (Phase.ARMED, Phase.CAPTURING):
             observations = await follow(ctx, view, record, writer, stopped)
