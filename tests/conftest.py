@@ -68,3 +68,20 @@ def real_node_cluster(tmp_path_factory):
         yield cluster, node
     finally:
         stop_cluster(cluster)
+
+
+@pytest.fixture(scope="module")
+def demo_platform(real_node_cluster):
+    """The real node with the demo's platform: the training operator (its workers wait on the
+    master's name through the node's DNS) and the operator from its image through the chart,
+    which installs the CRDs (helm owns them; applying them first would make it refuse)."""
+    from stepscope_dev.realnode.operator_release import install_operator
+    from stepscope_dev.training_operator import start_training_operator
+
+    cluster, node = real_node_cluster
+    trainer_operator = start_training_operator(cluster, die_with_parent=True)
+    try:
+        yield cluster, node, install_operator(cluster, node)
+    finally:
+        trainer_operator.terminate()
+        trainer_operator.wait(timeout=30)

@@ -102,6 +102,18 @@ def check_delete_removes_artifacts(cluster: Any, namespace: str, name: str, stat
     assert listed.get("KeyCount", 0) == 0
 
 
+def check_oom_killed_job_note(status: dict) -> None:
+    """Assert the session stands on its verdict while its analysis Job was OOM-killed: Succeeded,
+    with the AnalysisJobFailed note naming the kill and no report or merged trace."""
+    assert status["phase"] == "Succeeded", status
+    rendered = next(c for c in status["conditions"] if c["type"] == "ArtifactsRendered")
+    assert (rendered["status"], rendered["reason"]) == ("False", "AnalysisJobFailed")
+    assert "container exited 137 (OOMKilled)" in rendered["message"], rendered
+    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+    assert "the verdict stands" in ready["message"]
+    assert "report" not in status["artifacts"] and "mergedTrace" not in status["artifacts"]
+
+
 def artifacts_prefix(status: dict) -> str:
     return status["artifacts"]["uri"].split("/", 3)[3]
 

@@ -15,60 +15,37 @@ deleted outright is test_operator_deployment.py's.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import secrets
 import signal
 from pathlib import Path
 
-import pytest
-import yaml
-from stepscope_dev.demojob import JOB_NAME, job_pods_running, submit_demo_job
+from stepscope_dev.demojob import JOB_NAME
 from stepscope_dev.realnode.containerd import container_pids
-from stepscope_dev.realnode.demo_node import real_node_job
 from stepscope_dev.realnode.operator_release import (
     AVAILABLE_TIMEOUT_S,
     describe_pods,
-    install_operator,
     operator_pods,
     wait_available,
 )
-from stepscope_dev.training_operator import start_training_operator
 from support import wait_until
-from support.operator_helpers import REPO_ROOT, get_session, session_phase
+from support.demo_on_node import (
+    FINAL_PHASES,
+    SESSION,
+    SESSION_TIMEOUT_S,
+    apply_example_session,
+    run_demo_job,
+    wait_for_final_phase,
+)
+from support.operator_helpers import get_session, session_phase
 from support.session_checks import check_analysed_session
 
-# Four trainers load torch from the host beside their agents on two loaded cores.
-PODS_TIMEOUT_S = 420.0
-SESSION_TIMEOUT_S = 420.0
-SESSION = "ddp-demo-profile"
-STEPS = 3000
 # The example's 10 s lead becomes 45 s: the kill lands while the agents wait for the window,
 # whatever the machine's load. At the demo's ~110 ms per step that is ~400 steps ahead, well
 # inside the job's 3000.
 LEAD_SECONDS = 45
 OPERATOR_CONTAINER = "operator"
-FINAL = ("Succeeded", "PartiallySucceeded", "Failed")
-
-
-@pytest.fixture(scope="module")
-def platform(real_node_cluster):
-    cluster, node = real_node_cluster
-    # The chart installs the CRDs (helm owns them; applying them first would make it refuse).
-    trainer_operator = start_training_operator(cluster, die_with_parent=True)
-    try:
-        yield cluster, node, install_operator(cluster, node)
-    finally:
-        trainer_operator.terminate()
-        trainer_operator.wait(timeout=30)
-
-
-def _session(namespace: str) -> dict:
-    body = yaml.safe_load((REPO_ROOT / "crds" / "examples" / "profilesession.yaml").read_text())
-    body["metadata"]["namespace"] = namespace
-    body["spec"]["window"]["leadSeconds"] = LEAD_SECONDS
-    return body
 
 
 def _operator_status(pod: dict) -> dict:
@@ -96,25 +73,16 @@ def _log(cluster, release, pod_name: str, *, previous: bool) -> str:
     return cluster.kubectl(*args, *(["--previous"] if previous else [])).stdout
 
 
-def test_the_killed_operator_container_restarts_in_its_pod_and_resumes_the_session(platform):
-    cluster, node, release = platform
+def test_the_killed_operator_container_restarts_in_its_pod_and_resumes_the_session(demo_platform):
+    cluster, node, release = demo_platform
     namespace = f"realnode-opkill-{secrets.token_hex(3)}"
-    submit_demo_job(
-        cluster,
-        namespace,
-        trusted_keys=None,
-        shape=lambda job: real_node_job(job, node),
-        steps=STEPS,
-    )
     try:
-        wait_until(
-            lambda: job_pods_running(cluster, namespace), PODS_TIMEOUT_S, "the job's 4 pods to run"
-        )
-        cluster.kubectl("apply", "-f", "-", input=json.dumps(_session(namespace)))
+        run_demo_job(cluster, node, namespace)
+        apply_example_session(cluster, namespace, leadSeconds=LEAD_SECONDS)
 
         def armed() -> str | None:
             phase = session_phase(cluster, namespace, SESSION)
-            if phase in FINAL:
+            if phase in FINAL_PHASES:
                 raise AssertionError(
                     f"the session ended before the kill: {get_session(cluster, namespace, SESSION)}"
                 )
@@ -158,15 +126,7 @@ def test_the_killed_operator_container_restarts_in_its_pod_and_resumes_the_sessi
         assert after["metadata"]["uid"] == before["metadata"]["uid"]
         assert after["metadata"]["name"] == before["metadata"]["name"]
 
-        try:
-            wait_until(
-                lambda: session_phase(cluster, namespace, SESSION) in FINAL,
-                SESSION_TIMEOUT_S,
-                "a final phase",
-                interval=2,
-            )
-        except TimeoutError as error:
-            raise AssertionError(f"{error}\n{describe_pods(cluster, release)}") from error
+        wait_for_final_phase(cluster, namespace, release)
         final = check_analysed_session(
             cluster, namespace, SESSION, target=f"pytorchjob/{JOB_NAME}", ranks=4
         )
