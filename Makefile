@@ -31,12 +31,14 @@ crds: venv
 
 # The real node's binaries (kubelet, kube-scheduler, CoreDNS), packages and images: minutes cold,
 # built here rather than inside a test's time limit. Where the packages cannot be installed it
-# says why and builds no images; the real node's tests then skip with the same error.
+# says why and builds no images; the real node's tests then skip with the same error, and the
+# e2e tier runs its pods on the process pod runner, warning with it.
 node-images: venv binaries
 	$(PY) -m stepscope_dev.cli build --node real
 
-# The e2e tier includes the demo's session on the real node (tests/e2e/test_session_on_real_node.py);
-# the rest of the real node's tests run under test-realnode, to keep this one inside CI's time.
+# The e2e tier runs its pods on the real node (tests/e2e/e2e_platform.py; STEPSCOPE_E2E_NODE=process
+# puts them on the process pod runner); the node's own tests run under test-realnode, to keep
+# this one inside CI's time.
 test: venv binaries node-images
 	$(VENV)/bin/pytest -ra --ignore=tests/integration/realnode
 

@@ -45,29 +45,14 @@ def local_cluster(tmp_path_factory):
 # that is the harness's bug to fix.
 @pytest.fixture(scope="module")
 def real_node_cluster(tmp_path_factory):
-    from stepscope_dev.build import ensure_node_binaries
-    from stepscope_dev.cluster import start_cluster, stop_cluster
-    from stepscope_dev.realnode.node import RuntimeUnavailable, start_real_node
+    from stepscope_dev.realnode.node import RuntimeUnavailable
+    from support.real_node import node_cluster
 
     try:
-        # The node's packages are installed and its bridge made before the control plane starts
-        # (the API server's certificate names the bridge address).
-        cluster = start_cluster(
-            tmp_path_factory.mktemp("realnode"),
-            ensure_node_binaries(),
-            die_with_parent=True,
-            real_node=True,
-        )
+        with node_cluster(tmp_path_factory.mktemp("realnode")) as (cluster, node):
+            yield cluster, node
     except RuntimeUnavailable as error:
         pytest.skip(f"the container runtime cannot start here: {error}")
-    try:
-        try:
-            node = start_real_node(cluster, die_with_parent=True)
-        except RuntimeUnavailable as error:
-            pytest.skip(f"the container runtime cannot start here: {error}")
-        yield cluster, node
-    finally:
-        stop_cluster(cluster)
 
 
 @pytest.fixture(scope="module")

@@ -45,16 +45,30 @@ def cmd_build(args: argparse.Namespace) -> int:
     return 0
 
 
+def _runtime_unavailable(error: Exception) -> SystemExit:
+    return SystemExit(
+        f"the real node cannot start on this machine: {error}\n"
+        "`stepscope dev up --node process` starts the control plane and S3 without a node "
+        "(pods then run only under the process pod runner, as the test fixtures start it)"
+    )
+
+
 def cmd_up(args: argparse.Namespace) -> int:
+    from stepscope_dev.realnode.node import RuntimeUnavailable, start_real_node
+
     real = args.node == "real"
     bin_dir = build.ensure_node_binaries() if real else build.ensure_binaries()
-    cluster = start_cluster(args.instance, bin_dir, real_node=real)
+    try:
+        cluster = start_cluster(args.instance, bin_dir, real_node=real)
+    except RuntimeUnavailable as error:
+        raise _runtime_unavailable(error) from error
     print(f"local control plane up in {args.instance}", file=sys.stderr)
     if real:
-        from stepscope_dev.realnode.node import start_real_node
-
         try:
             node = start_real_node(cluster)
+        except RuntimeUnavailable as error:
+            stop_cluster(cluster)
+            raise _runtime_unavailable(error) from error
         except BaseException:
             stop_cluster(cluster)
             raise
@@ -100,7 +114,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0 if states and all(states.values()) else 1
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="stepscope dev", description="Local control plane for tests and the demo."
     )
@@ -132,12 +146,16 @@ def main(argv: list[str] | None = None) -> int:
             command.add_argument(
                 "--node",
                 choices=("process", "real"),
-                default=os.environ.get(NODE_ENV, "process"),
-                help="process: pods run as local processes (no node started here, the test "
-                "fixtures start the pod runner); real: a kubelet and containerd with images "
-                f"built from our Dockerfiles (default ${NODE_ENV} or process)",
+                default=os.environ.get(NODE_ENV, "real"),
+                help="real: a kubelet, containerd and CoreDNS with images built from our "
+                "Dockerfiles; process: no node (the test fixtures start the process pod runner "
+                f"when they need one) (default ${NODE_ENV} or real)",
             )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     return args.handler(args)
 
 

@@ -1,28 +1,42 @@
-"""Fixtures for the e2e tests: the local control plane with the pod runner, the Kubeflow
-training operator, the stepscope CRDs and operator, and PyTorchJobs whose pods carry the agent
-exactly as the injection webhook would add it."""
+"""Fixtures for the e2e tests: the local control plane with its real node (or, where it cannot
+run, the process pod runner; see e2e_platform.py), the Kubeflow training operator, the stepscope
+CRDs and operator, and PyTorchJobs whose pods carry the agent exactly as the injection webhook
+would add it.
+
+The JobSet and TrainJob tests run on the same platform, with the operator's injection webhook
+served on host loopback and registered by URL."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import uuid
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from e2e_helpers import E2E_DIR
+from e2e_platform import E2EPlatform, node_choice, stop_audited_operator
+from support import wait_until
 from support.operator_helpers import (
     AGENT_KEYRING,
     REPO_ROOT,
     OperatorProcess,
-    audited_operator,
-    operator_env,
-    raw_trace_imports,
 )
 
 
+def _stop(*processes: subprocess.Popen) -> None:
+    for process in processes:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
 @pytest.fixture(scope="session")
-def e2e_cluster(local_cluster) -> Iterator[Any]:
+def pod_runner_cluster(local_cluster) -> Iterator[Any]:
     """The local cluster plus the pod runner, the training operator and the stepscope CRDs."""
     from stepscope_dev.podrunner import start_podrunner
     from stepscope_dev.training_operator import start_training_operator
@@ -33,70 +47,114 @@ def e2e_cluster(local_cluster) -> Iterator[Any]:
     try:
         yield local_cluster
     finally:
-        for process in (trainer_operator, runner):
-            process.terminate()
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-
-
-@pytest.fixture
-def namespace(e2e_cluster) -> Iterator[str]:
-    from stepscope_dev.demojob import agent_config_map
-
-    name = f"e2e-{uuid.uuid4().hex[:6]}"
-    e2e_cluster.kubectl("create", "namespace", name)
-    config_map = agent_config_map(name, AGENT_KEYRING.trusted_keys_text(), e2e_cluster.s3_endpoint)
-    e2e_cluster.kubectl("apply", "-f", "-", input=json.dumps(config_map))
-    yield name
-    e2e_cluster.kubectl("delete", "pytorchjobs", "--all", "-n", name, "--wait=false", check=False)
-    e2e_cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
-
-
-@pytest.fixture
-def operator_process(e2e_cluster, tmp_path) -> Iterator[OperatorProcess]:
-    """The operator, audited: a test fails when it imported a raw-trace reader."""
-    process = audited_operator(operator_env(e2e_cluster), tmp_path / "operator.log")
-    process.start()
-    yield process
-    process.stop()
-    print(process.logs()[-8000:])
-    assert raw_trace_imports(process) == [], "the operator process imported a trace reader"
+        _stop(trainer_operator, runner)
 
 
 @pytest.fixture(scope="session")
-def trainer_cluster(e2e_cluster) -> Any:
-    """The e2e cluster plus Kubeflow Trainer v2 and the JobSet controller, built and started by
-    the first test that needs them (the PyTorchJob tests never pay for their builds)."""
-    from stepscope_dev.trainer_controller import start_trainer_controller
+def e2e_platform(request, tmp_path_factory) -> Iterator[E2EPlatform]:
+    """The real node with the training operator and the CRDs; the pod runner's cluster when
+    ``STEPSCOPE_E2E_NODE=process`` or when the container runtime cannot start here."""
+    from stepscope_dev.realnode.node import RuntimeUnavailable
+    from stepscope_dev.training_operator import start_training_operator
+    from support.real_node import node_cluster
 
-    start_trainer_controller(e2e_cluster, die_with_parent=True)
-    return e2e_cluster
+    if node_choice() == "process":
+        yield E2EPlatform(
+            request.getfixturevalue("pod_runner_cluster"), None, "STEPSCOPE_E2E_NODE=process"
+        )
+        return
+    try:
+        with node_cluster(tmp_path_factory.mktemp("e2e-node")) as (cluster, node):
+            cluster.kubectl("apply", "-f", str(REPO_ROOT / "crds"))
+            trainer_operator = start_training_operator(cluster, die_with_parent=True)
+            try:
+                yield E2EPlatform(cluster, node)
+            finally:
+                _stop(trainer_operator)
+            return
+    except RuntimeUnavailable as error:
+        why = f"the container runtime cannot start here: {error}"
+    warnings.warn(f"the e2e tier's pods run on the process pod runner: {why}", stacklevel=1)
+    yield E2EPlatform(request.getfixturevalue("pod_runner_cluster"), None, why)
+
+
+def _create_namespace(platform: E2EPlatform, *, agent_config_map: bool) -> str:
+    """A new namespace with what the platform's jobs need in it (``agent_config_map``: the
+    ConfigMap hand-added agents read their keys and storage endpoint from)."""
+    from stepscope_dev.demojob import agent_config_map as config_map_for
+
+    cluster = platform.cluster
+    name = f"e2e-{uuid.uuid4().hex[:6]}"
+    cluster.kubectl("create", "namespace", name)
+    objects = platform.namespace_objects(name, E2E_DIR)
+    if agent_config_map:
+        keys = AGENT_KEYRING.trusted_keys_text()
+        objects.append(config_map_for(name, keys, platform.agent_storage_endpoint))
+    for obj in objects:
+        cluster.kubectl("apply", "-f", "-", input=json.dumps(obj))
+    # Pods (the analysis Job's included) name the default ServiceAccount, which admission
+    # requires to exist; the controller manager makes it shortly after the namespace.
+    wait_until(
+        lambda: (
+            cluster.kubectl("get", "serviceaccount", "default", "-n", name, check=False).returncode
+            == 0
+        ),
+        60,
+        f"ServiceAccount {name}/default",
+    )
+    return name
 
 
 @pytest.fixture
-def injecting_namespace(trainer_cluster) -> Iterator[str]:
+def namespace(e2e_platform) -> Iterator[str]:
+    cluster = e2e_platform.cluster
+    name = _create_namespace(e2e_platform, agent_config_map=True)
+    yield name
+    cluster.kubectl("delete", "pytorchjobs", "--all", "-n", name, "--wait=false", check=False)
+    cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.fixture
+def operator_process(e2e_platform, tmp_path) -> Iterator[OperatorProcess]:
+    """The operator, audited: a test fails when it imported a raw-trace reader."""
+    process = e2e_platform.start_operator(tmp_path / "operator.log")
+    yield process
+    stop_audited_operator(process)
+
+
+@pytest.fixture(scope="session")
+def trainer_platform(e2e_platform) -> E2EPlatform:
+    """The e2e platform plus Kubeflow Trainer v2 and the JobSet controller, built and started
+    by the first test that needs them (the PyTorchJob tests never pay for their builds)."""
+    from stepscope_dev.trainer_controller import start_trainer_controller
+
+    start_trainer_controller(e2e_platform.cluster, die_with_parent=True)
+    e2e_platform.install_trainjob_runtime()
+    return e2e_platform
+
+
+@pytest.fixture
+def injecting_namespace(trainer_platform) -> Iterator[str]:
     """A namespace labelled for agent injection: every pod created in it goes through the
     operator's injection webhook, as TrainJob and JobSet pods (whose templates the test does
     not write) get the agent in a real cluster."""
     from stepscope_operator.injection import INJECT_LABEL
 
-    name = f"e2e-{uuid.uuid4().hex[:6]}"
-    trainer_cluster.kubectl("create", "namespace", name)
-    trainer_cluster.kubectl("label", "namespace", name, f"{INJECT_LABEL}=true")
+    cluster = trainer_platform.cluster
+    name = _create_namespace(trainer_platform, agent_config_map=False)
+    cluster.kubectl("label", "namespace", name, f"{INJECT_LABEL}=true")
     yield name
     for kind in ("trainjobs", "jobsets"):
-        trainer_cluster.kubectl("delete", kind, "--all", "-n", name, "--wait=false", check=False)
-    trainer_cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+        cluster.kubectl("delete", kind, "--all", "-n", name, "--wait=false", check=False)
+    cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
 
 
 @pytest.fixture
-def injecting_operator(trainer_cluster, tmp_path) -> Iterator[OperatorProcess]:
+def injecting_operator(trainer_platform, tmp_path) -> Iterator[OperatorProcess]:
     """The operator with its injection webhook served on loopback and registered by URL."""
     from jobset_helpers import start_injecting_operator, stop_injecting_operator
 
-    process = start_injecting_operator(trainer_cluster, tmp_path)
+    process = start_injecting_operator(trainer_platform, tmp_path)
     yield process
-    stop_injecting_operator(trainer_cluster, process)
+    stop_injecting_operator(trainer_platform.cluster, process)
     print(process.logs()[-8000:])

@@ -10,8 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import jsonpatch
+from e2e_platform import E2EPlatform
 from stepscope_dev.demojob import AGENT_CONFIG_MAP
 from stepscope_operator.agent_contract import (
+    AGENT_CONTAINER_NAME,
     ENV_STORAGE_ENDPOINT,
     ENV_TRUSTED_KEYS,
     IMAGE_HOOK_DIR,
@@ -28,13 +30,18 @@ HOOK_SOURCE = E2E_DIR.parents[1] / "agent_image" / "hook"
 
 
 def pod_template(
-    namespace: str, args: list[str], master_port: int, agent_port: int = AGENT_PORT
+    platform: E2EPlatform,
+    args: list[str],
+    master_port: int,
+    agent_port: int = AGENT_PORT,
+    host_dirs: tuple[Path, ...] = (),
 ) -> dict[str, Any]:
-    """A replica's pod template with the agent injected by the webhook's own patch function.
+    """A replica's pod template with the agent injected by the webhook's own patch function,
+    as ``platform`` runs it (``E2EPlatform.for_node``).
 
     torch's TCPStore listens on every interface, so each job gets its own free master port
-    (the training operator reads it from the port named pytorchjob-port): a job still
-    shutting down after the previous test must not hold the next job's port."""
+    (the training operator reads it from the port named pytorchjob-port): on the pod runner, a
+    job still shutting down after the previous test must not hold the next job's port."""
     pod = {
         "metadata": {"labels": {INJECT_LABEL: "true"}},
         "spec": {
@@ -42,7 +49,7 @@ def pod_template(
                 {
                     "name": "pytorch",
                     "image": "python:3.11",
-                    "command": ["python", str(E2E_DIR / "ddp_job.py"), *args],
+                    "command": ["python", platform.script(E2E_DIR), *args],
                     "env": [{"name": "OMP_NUM_THREADS", "value": "1"}],
                     "ports": [{"name": "pytorchjob-port", "containerPort": master_port}],
                 }
@@ -52,7 +59,8 @@ def pod_template(
     # The keys and the endpoint come from the namespace's agent ConfigMap (the e2e namespace
     # fixture creates it), as for a hand-added sidecar: the pod is built before the cluster.
     settings = InjectionSettings(
-        agent_image="stepscope-agent:local",
+        agent_image=platform.agent_image,
+        image_pull_policy="Never" if platform.node else "IfNotPresent",
         agent_port=agent_port,
         trusted_keys="from-config-map",
         storage_endpoint="from-config-map",
@@ -65,24 +73,33 @@ def pod_template(
                 env.pop("value")
                 ref = {"name": AGENT_CONFIG_MAP, "key": key[env["name"]]}
                 env["valueFrom"] = {"configMapKeyRef": ref}
-        if container["name"] == "stepscope-hook-install":
-            # No image filesystem here: the image's hook directory is the repository's copy.
+        if container["name"] == "stepscope-hook-install" and not platform.node:
+            # No image filesystem on the pod runner: the image's hook directory is the
+            # repository's copy.
             container["command"] = [
                 str(HOOK_SOURCE) if part == IMAGE_HOOK_DIR else part
                 for part in container["command"]
             ]
-    return injected
+    return platform.for_node(injected, host_dirs)
 
 
 def pytorchjob(
-    namespace: str, name: str, workers: int, args: list[str], master_agent_port: int = AGENT_PORT
+    platform: E2EPlatform,
+    namespace: str,
+    name: str,
+    workers: int,
+    args: list[str],
+    master_agent_port: int = AGENT_PORT,
+    host_dirs: tuple[Path, ...] = (),
 ) -> dict[str, Any]:
+    """A PyTorchJob of one master and ``workers`` workers running ``ddp_job.py`` with ``args``;
+    ``host_dirs`` are host directories its trainers read (see ``e2e_platform.SharedHostDir``)."""
     master_port = free_port()
-    template = pod_template(namespace, args, master_port)
+    template = pod_template(platform, args, master_port, host_dirs=host_dirs)
     master = (
         copy.deepcopy(template)
         if master_agent_port == AGENT_PORT
-        else pod_template(namespace, args, master_port, master_agent_port)
+        else pod_template(platform, args, master_port, master_agent_port, host_dirs)
     )
     return {
         "apiVersion": "kubeflow.org/v1",
@@ -141,3 +158,21 @@ def running_pods(cluster: Any, namespace: str, job: str) -> Callable[[], bool]:
         )
 
     return check
+
+
+def check_pods_ran_on_platform(platform: E2EPlatform, namespace: str, selector: str) -> None:
+    """On the real node, every pod ``selector`` picks was bound to it and its containers were
+    started by containerd (the agent in the node's agent image); on the pod runner, nothing to
+    check."""
+    if not platform.node:
+        return
+    result = platform.cluster.kubectl("get", "pods", "-n", namespace, "-l", selector, "-o", "json")
+    pods = json.loads(result.stdout)["items"]
+    assert pods, f"no pods match {selector}"
+    for pod in pods:
+        assert pod["spec"]["nodeName"] == platform.node.name, pod["spec"]["nodeName"]
+        statuses = pod["status"]["containerStatuses"] + pod["status"]["initContainerStatuses"]
+        runtimes = {s["name"]: s.get("containerID", "").split("://")[0] for s in statuses}
+        assert set(runtimes.values()) == {"containerd"}, runtimes
+        agent = next(c for c in pod["spec"]["initContainers"] if c["name"] == AGENT_CONTAINER_NAME)
+        assert agent["image"] == platform.node.images.agent, agent["image"]

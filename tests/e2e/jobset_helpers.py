@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from e2e_platform import E2EPlatform
 from stepscope_dev.loopback_webhooks import (
     Webhook,
     register_webhooks,
@@ -18,12 +19,11 @@ from stepscope_operator.injection import INJECT_LABEL
 from stepscope_operator.webhook import ENV as WEBHOOK_ENV
 from stepscope_operator.webhook import NAMESPACE_LABEL_WEBHOOK
 from support import free_port
-from support.operator_helpers import OperatorProcess, operator_env
+from support.operator_helpers import OperatorProcess
 
 from stepscope.api.agent import TraceSummary, parse_capture_summary
 
 E2E_DIR = Path(__file__).resolve().parent
-DDP_JOB = E2E_DIR / "ddp_job.py"
 WEBHOOK_COMPONENT = "stepscope-injection"
 JOBSET_LABEL = "jobset.sigs.k8s.io/"
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
@@ -46,20 +46,21 @@ NAMESPACE_WEBHOOK = Webhook(
 
 
 def start_injecting_operator(
-    cluster: Any, workdir: Path, port: int | None = None
+    platform: E2EPlatform, workdir: Path, port: int | None = None
 ) -> OperatorProcess:
     """The operator serving its webhook on 127.0.0.1:`port`, registered by URL. Like a chart
     with webhook.clientCA, it requires the client certificate the API server presents (the
-    local control plane's AdmissionConfiguration), so only the API server gets an answer."""
+    local control plane's AdmissionConfiguration), so only the API server gets an answer. The
+    agent it injects is the platform's (``E2EPlatform.operator_env``)."""
+    cluster = platform.cluster
     port = port or free_port()
-    env = operator_env(
-        cluster,
+    env = platform.operator_env(
         **{
             WEBHOOK_ENV["tls_dir"]: str(serving_cert_dir(cluster, WEBHOOK_COMPONENT)),
             WEBHOOK_ENV["client_ca_file"]: str(Path(cluster.root) / "pki" / "ca.crt"),
             WEBHOOK_ENV["listen_address"]: "127.0.0.1",
             WEBHOOK_ENV["port"]: str(port),
-            WEBHOOK_ENV["agent_image"]: "stepscope-agent:local",
+            WEBHOOK_ENV["agent_image"]: platform.agent_image,
         },
     )
     process = OperatorProcess(env, workdir / "operator.log", die_with_parent=True)
@@ -74,8 +75,11 @@ def stop_injecting_operator(cluster: Any, process: OperatorProcess) -> None:
     process.stop()
 
 
-def trainjob(namespace: str, name: str, nodes: int, args: list[str]) -> dict[str, Any]:
-    """A TrainJob on the harness's torch runtime whose nodes run ddp_job.py under torchrun."""
+def trainjob(
+    platform: E2EPlatform, namespace: str, name: str, nodes: int, args: list[str]
+) -> dict[str, Any]:
+    """A TrainJob on the harness's torch runtime whose nodes run ddp_job.py under torchrun
+    (the runtime's pod template is the platform's: ``E2EPlatform.install_trainjob_runtime``)."""
     from stepscope_dev.trainer_controller import TORCH_RUNTIME_NAME
 
     return {
@@ -86,7 +90,7 @@ def trainjob(namespace: str, name: str, nodes: int, args: list[str]) -> dict[str
             "runtimeRef": {"name": TORCH_RUNTIME_NAME},
             "trainer": {
                 "numNodes": nodes,
-                "command": ["torchrun", str(DDP_JOB), *args],
+                "command": [platform.torchrun, platform.script(E2E_DIR), *args],
                 "env": [{"name": "OMP_NUM_THREADS", "value": "1"}],
             },
         },
@@ -97,7 +101,9 @@ def _field(path: str) -> dict[str, Any]:
     return {"valueFrom": {"fieldRef": {"fieldPath": path}}}
 
 
-def jobset(namespace: str, name: str, ranks: int, args: list[str]) -> dict[str, Any]:
+def jobset(
+    platform: E2EPlatform, namespace: str, name: str, ranks: int, args: list[str]
+) -> dict[str, Any]:
     """A bare JobSet, written the way JobSet's own PyTorch example is: one Job per rank, the
     rank from the job index, the master at the first pod's DNS name."""
     env = [
@@ -111,7 +117,7 @@ def jobset(namespace: str, name: str, ranks: int, args: list[str]) -> dict[str, 
     container = {
         "name": "pytorch",
         "image": "python:3.11",
-        "command": ["python", str(DDP_JOB), *args],
+        "command": ["python", platform.script(E2E_DIR), *args],
         "env": env,
     }
     return {
@@ -128,9 +134,9 @@ def jobset(namespace: str, name: str, ranks: int, args: list[str]) -> dict[str, 
                             "parallelism": 1,
                             "completions": 1,
                             "backoffLimit": 0,
-                            "template": {
-                                "spec": {"restartPolicy": "Never", "containers": [container]}
-                            },
+                            "template": platform.for_node(
+                                {"spec": {"restartPolicy": "Never", "containers": [container]}}
+                            ),
                         }
                     },
                 }

@@ -11,14 +11,9 @@ from __future__ import annotations
 
 import pytest
 from e2e_helpers import apply, profile_session, pytorchjob, running_pods
+from e2e_platform import stop_audited_operator
 from support import wait_until
-from support.operator_helpers import (
-    audited_operator,
-    get_session,
-    operator_env,
-    raw_trace_imports,
-    session_phase,
-)
+from support.operator_helpers import get_session, session_phase
 
 pytestmark = pytest.mark.e2e
 
@@ -26,20 +21,18 @@ REFUSED_RESOURCES = '{"requests": {"memory": "2Gi"}, "limits": {"memory": "1Gi"}
 
 
 @pytest.fixture
-def refusing_operator(e2e_cluster, tmp_path):
-    env = operator_env(e2e_cluster, STEPSCOPE_ANALYSIS_JOB_RESOURCES=REFUSED_RESOURCES)
-    process = audited_operator(env, tmp_path / "operator.log")
-    process.start()
+def refusing_operator(e2e_platform, tmp_path):
+    process = e2e_platform.start_operator(
+        tmp_path / "operator.log", STEPSCOPE_ANALYSIS_JOB_RESOURCES=REFUSED_RESOURCES
+    )
     yield process
-    process.stop()
-    print(process.logs()[-8000:])
-    assert raw_trace_imports(process) == []
+    stop_audited_operator(process)
 
 
-def test_a_refused_analysis_job_is_a_note(e2e_cluster, namespace, refusing_operator):
-    cluster = e2e_cluster
+def test_a_refused_analysis_job_is_a_note(e2e_platform, namespace, refusing_operator):
+    cluster = e2e_platform.cluster
     args = ["--steps", "3000", "--step-sleep", "0.05"]
-    apply(cluster, pytorchjob(namespace, "ddp", workers=1, args=args))
+    apply(cluster, pytorchjob(e2e_platform, namespace, "ddp", workers=1, args=args))
     wait_until(running_pods(cluster, namespace, "ddp"), 180, "2 running pods")
     apply(cluster, profile_session(namespace, "noted", "ddp"))
     wait_until(

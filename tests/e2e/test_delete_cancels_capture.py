@@ -32,11 +32,17 @@ def _capture_state(pod: dict, capture_id: str) -> str:
     return body["state"]
 
 
-def test_delete_while_armed_cancels_every_capture(e2e_cluster, namespace, operator_process):
-    cluster = e2e_cluster
+def test_delete_while_armed_cancels_every_capture(e2e_platform, namespace, operator_process):
+    cluster = e2e_platform.cluster
     apply(
         cluster,
-        pytorchjob(namespace, "del", workers=1, args=["--steps", "4000", "--step-sleep", "0.05"]),
+        pytorchjob(
+            e2e_platform,
+            namespace,
+            "del",
+            workers=1,
+            args=["--steps", "4000", "--step-sleep", "0.05"],
+        ),
     )
     wait_until(running_pods(cluster, namespace, "del"), 180, "2 running pods")
     # A long lead keeps the window in the future while the session is deleted.

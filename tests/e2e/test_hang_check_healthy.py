@@ -24,14 +24,22 @@ def hang_check(namespace: str, name: str, job: str, **check) -> dict:
     }
 
 
-def test_slow_steps_and_a_finished_job_are_not_hangs(e2e_cluster, namespace, operator_process):
-    cluster = e2e_cluster
+def test_slow_steps_and_a_finished_job_are_not_hangs(e2e_platform, namespace, operator_process):
+    cluster = e2e_platform.cluster
     # Steps of 6 s against a 3 s floor: only the threshold's scaling with the p95 step time
     # (4 x 6 s = 24 s) keeps the gaps between steps from counting as hangs.
-    apply(cluster, pytorchjob(namespace, "slow", workers=1, args=["--step-sleep", "6"]))
+    apply(
+        cluster, pytorchjob(e2e_platform, namespace, "slow", workers=1, args=["--step-sleep", "6"])
+    )
     apply(
         cluster,
-        pytorchjob(namespace, "short", workers=1, args=["--steps", "40", "--step-sleep", "0.05"]),
+        pytorchjob(
+            e2e_platform,
+            namespace,
+            "short",
+            workers=1,
+            args=["--steps", "40", "--step-sleep", "0.05"],
+        ),
     )
     wait_until(running_pods(cluster, namespace, "slow"), 180, "the slow job's pods")
     apply(

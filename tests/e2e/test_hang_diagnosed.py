@@ -43,12 +43,12 @@ def hang_check(namespace: str, name: str, job: str) -> dict:
 
 
 def test_blocked_rank_is_named_with_pod_collective_and_line(
-    e2e_cluster, namespace, operator_process, tmp_path, capsys
+    e2e_platform, namespace, operator_process, tmp_path, capsys
 ):
-    cluster = e2e_cluster
+    cluster = e2e_platform.cluster
     args = ["--steps", "100000", "--step-sleep", "0.05", "--block-rank", "2"]
     args += ["--block-at-step", str(BLOCK_AT_STEP)]
-    apply(cluster, pytorchjob(namespace, "hung", workers=3, args=args))
+    apply(cluster, pytorchjob(e2e_platform, namespace, "hung", workers=3, args=args))
     wait_until(running_pods(cluster, namespace, "hung"), 180, "4 running pods")
     apply(cluster, hang_check(namespace, "hung-check", "hung"))
     wait_until(

@@ -8,8 +8,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from e2e_helpers import apply
+from e2e_helpers import apply, check_pods_ran_on_platform
 from jobset_helpers import (
+    JOBSET_LABEL,
     captured_steps_by_rank,
     is_injected,
     jobset,
@@ -25,25 +26,26 @@ pytestmark = pytest.mark.e2e
 TRAINER_ARGS = ["--steps", "3000", "--step-sleep", "0.05"]
 # spec.target field -> (the job's name, its resource for kubectl and in status.target, manifest)
 KINDS = {
-    "jobSet": ("js", "jobset", lambda ns, name: jobset(ns, name, ranks=2, args=TRAINER_ARGS)),
+    "jobSet": ("js", "jobset", lambda p, ns, name: jobset(p, ns, name, ranks=2, args=TRAINER_ARGS)),
     "trainJob": (
         "tj",
         "trainjob",
-        lambda ns, name: trainjob(ns, name, nodes=2, args=TRAINER_ARGS),
+        lambda p, ns, name: trainjob(p, ns, name, nodes=2, args=TRAINER_ARGS),
     ),
 }
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_a_jobset_based_job_is_profiled_on_every_rank_over_the_same_steps(
-    kind, trainer_cluster, injecting_namespace, injecting_operator
+    kind, trainer_platform, injecting_namespace, injecting_operator
 ):
-    cluster, namespace = trainer_cluster, injecting_namespace
+    cluster, namespace = trainer_platform.cluster, injecting_namespace
     name, resource, manifest = KINDS[kind]
     session = f"{name}-profile"
-    apply(cluster, manifest(namespace, name))
+    apply(cluster, manifest(trainer_platform, namespace, name))
     pods = wait_until(running_jobset_pods(cluster, namespace, name, 2), 180, "2 running pods")
     assert all(is_injected(pod) for pod in pods), "the webhook did not inject the agent"
+    check_pods_ran_on_platform(trainer_platform, namespace, f"{JOBSET_LABEL}jobset-name={name}")
     apply(cluster, session_for(namespace, session, {kind: name}))
 
     final = ("Succeeded", "PartiallySucceeded", "Failed")

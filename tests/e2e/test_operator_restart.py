@@ -13,11 +13,17 @@ from support.operator_helpers import get_session, session_phase
 pytestmark = pytest.mark.e2e
 
 
-def test_restart_mid_window_resumes_to_a_final_phase(e2e_cluster, namespace, operator_process):
-    cluster = e2e_cluster
+def test_restart_mid_window_resumes_to_a_final_phase(e2e_platform, namespace, operator_process):
+    cluster = e2e_platform.cluster
     apply(
         cluster,
-        pytorchjob(namespace, "crash", workers=1, args=["--steps", "4000", "--step-sleep", "0.05"]),
+        pytorchjob(
+            e2e_platform,
+            namespace,
+            "crash",
+            workers=1,
+            args=["--steps", "4000", "--step-sleep", "0.05"],
+        ),
     )
     wait_until(running_pods(cluster, namespace, "crash"), 180, "2 running pods")
     # A long lead leaves time to kill the operator while the agents are armed.

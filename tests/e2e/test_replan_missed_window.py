@@ -12,7 +12,6 @@ from support import wait_until
 from support.operator_helpers import (
     OperatorProcess,
     get_session,
-    operator_env,
     session_events,
     session_phase,
 )
@@ -21,9 +20,9 @@ pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture
-def tight_operator(e2e_cluster, tmp_path) -> Iterator[OperatorProcess]:
+def tight_operator(e2e_platform, tmp_path) -> Iterator[OperatorProcess]:
     """An operator that plans with no safety margin, so the first window is too close."""
-    env = operator_env(e2e_cluster, STEPSCOPE_PLAN_MARGIN_SECONDS="0", STEPSCOPE_MAX_REPLANS="4")
+    env = e2e_platform.operator_env(STEPSCOPE_PLAN_MARGIN_SECONDS="0", STEPSCOPE_MAX_REPLANS="4")
     process = OperatorProcess(env, tmp_path / "operator.log")
     process.start()
     yield process
@@ -31,11 +30,17 @@ def tight_operator(e2e_cluster, tmp_path) -> Iterator[OperatorProcess]:
     print(process.logs()[-8000:])
 
 
-def test_missed_start_is_replanned_and_succeeds(e2e_cluster, namespace, tight_operator):
-    cluster = e2e_cluster
+def test_missed_start_is_replanned_and_succeeds(e2e_platform, namespace, tight_operator):
+    cluster = e2e_platform.cluster
     apply(
         cluster,
-        pytorchjob(namespace, "fast", workers=3, args=["--steps", "200000", "--step-sleep", "0"]),
+        pytorchjob(
+            e2e_platform,
+            namespace,
+            "fast",
+            workers=3,
+            args=["--steps", "200000", "--step-sleep", "0"],
+        ),
     )
     wait_until(running_pods(cluster, namespace, "fast"), 180, "4 running pods")
     apply(cluster, profile_session(namespace, "fast-profile", "fast", leadSeconds=0))

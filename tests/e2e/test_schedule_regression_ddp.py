@@ -20,15 +20,26 @@ wait has a deadline.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 
 import pytest
 from e2e_helpers import apply, pytorchjob, running_pods
+from e2e_platform import SharedHostDir
 from support import wait_until
 
 pytestmark = pytest.mark.e2e
 
 SCHEDULE = "ddp-watch"
 EXTRA_COMPUTE_MS = "25"
+KNOB = "extra-compute-ms"
+
+
+@pytest.fixture
+def knobs() -> Iterator[SharedHostDir]:
+    """The knob file's directory, which the trainers read on either platform."""
+    shared = SharedHostDir()
+    yield shared
+    shared.remove()
 
 
 def _sessions(cluster, namespace: str) -> list[dict]:
@@ -69,13 +80,13 @@ def _events(cluster, namespace: str) -> list[dict]:
 
 
 def test_a_scheduled_session_catches_added_compute_and_the_recovery(
-    e2e_cluster, namespace, operator_process, tmp_path
+    e2e_platform, namespace, operator_process, knobs
 ):
-    cluster = e2e_cluster
-    knob = tmp_path / "extra-compute-ms"
-    knob.write_text("0")
+    cluster = e2e_platform.cluster
+    knob = knobs.write(KNOB, "0")
     args = ["--steps", "100000", "--step-sleep", "0.05", "--extra-compute-file", str(knob)]
-    apply(cluster, pytorchjob(namespace, "ddp", workers=3, args=args))
+    job = pytorchjob(e2e_platform, namespace, "ddp", workers=3, args=args, host_dirs=(knobs.path,))
+    apply(cluster, job)
     wait_until(running_pods(cluster, namespace, "ddp"), 180, "4 running pods")
     schedule = {
         "apiVersion": "stepscope.dev/v1alpha1",
@@ -103,7 +114,7 @@ def test_a_scheduled_session_catches_added_compute_and_the_recovery(
     assert "regression" not in verdicts, verdicts
     assert all(s["status"]["phase"] == "Succeeded" for s in baseline)
 
-    knob.write_text(EXTRA_COMPUTE_MS)
+    knobs.write(KNOB, EXTRA_COMPUTE_MS)
     before = {s["metadata"]["name"] for s in _sessions(cluster, namespace)}
     [slowed, *_] = wait_until(
         lambda: _judged(cluster, namespace, before),
@@ -111,7 +122,7 @@ def test_a_scheduled_session_catches_added_compute_and_the_recovery(
         "a session judged after the compute was added",
         interval=2,
     )
-    knob.write_text("0")
+    knobs.write(KNOB, "0")
     after_slow = {s["metadata"]["name"] for s in _sessions(cluster, namespace)}
     comparison = slowed["status"]["baselineComparison"]
     print(json.dumps(comparison, indent=1))

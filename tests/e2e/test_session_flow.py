@@ -4,7 +4,14 @@ status, a story of Events, and the artifacts in S3; deleting the session removes
 from __future__ import annotations
 
 import pytest
-from e2e_helpers import apply, profile_session, pytorchjob, running_pods
+from e2e_helpers import (
+    apply,
+    check_pods_ran_on_platform,
+    profile_session,
+    pytorchjob,
+    running_pods,
+)
+from stepscope_operator.target_kinds.pytorchjob import JOB_NAME_LABEL as PYTORCHJOB_NAME_LABEL
 from support import wait_until
 from support.operator_helpers import session_phase
 from support.session_checks import check_analysed_session, check_delete_removes_artifacts
@@ -12,13 +19,20 @@ from support.session_checks import check_analysed_session, check_delete_removes_
 pytestmark = pytest.mark.e2e
 
 
-def test_session_from_apply_to_analysed_describe(e2e_cluster, namespace, operator_process):
-    cluster = e2e_cluster
+def test_session_from_apply_to_analysed_describe(e2e_platform, namespace, operator_process):
+    cluster = e2e_platform.cluster
     apply(
         cluster,
-        pytorchjob(namespace, "ddp", workers=3, args=["--steps", "3000", "--step-sleep", "0.05"]),
+        pytorchjob(
+            e2e_platform,
+            namespace,
+            "ddp",
+            workers=3,
+            args=["--steps", "3000", "--step-sleep", "0.05"],
+        ),
     )
     wait_until(running_pods(cluster, namespace, "ddp"), 180, "4 running pods")
+    check_pods_ran_on_platform(e2e_platform, namespace, f"{PYTORCHJOB_NAME_LABEL}=ddp")
     apply(cluster, profile_session(namespace, "ddp-profile", "ddp"))
 
     final = wait_until(

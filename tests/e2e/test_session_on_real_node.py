@@ -1,13 +1,14 @@
-"""The demo's session on the real node, checked as the e2e tier checks it on the pod runner.
+"""The demo's session with the operator from its image, as the chart's Deployment.
 
-Every part runs as it would on a cluster: the operator from its image as the chart's Deployment;
-the Kubeflow training operator's pods in containers, the workers' init container waiting on the
-master's name through the node's cluster DNS; the agent injected by the chart's webhook through
-its Service; the trainers' torch from the host's virtualenv, mounted read-only; the analysis Job
-as a pod the kubelet starts. The session's verdict, Events and artifacts are held to the same
-assertions as test_session_flow.py, which runs them on the process pod runner
-(``support.session_checks``). ``make test`` runs this module; the rest of the real node's tests
-are in tests/integration/realnode (``make test-realnode``).
+The rest of the e2e tier runs its pods on the real node with the operator as a host process the
+tests can kill and audit (e2e_platform.py). Here every part runs as it would on a cluster: the
+operator from its image under the chart's RBAC; the Kubeflow training operator's pods in
+containers, the workers' init container waiting on the master's name through the node's cluster
+DNS; the agent injected by the chart's webhook through its Service; the trainers' torch from the
+host's virtualenv, mounted read-only; the analysis Job as a pod the kubelet starts. The session's
+verdict, Events and artifacts are held to the same assertions as test_session_flow.py
+(``support.session_checks``). Its node is its own (the ``demo_platform`` fixture): the chart
+installs the CRDs, which helm refuses to adopt on a cluster where they were applied before.
 """
 
 from __future__ import annotations

@@ -15,11 +15,17 @@ from support.operator_helpers import get_session, session_phase
 pytestmark = pytest.mark.e2e
 
 
-def test_steps_tier_session_succeeds_with_step_times(e2e_cluster, namespace, operator_process):
-    cluster = e2e_cluster
+def test_steps_tier_session_succeeds_with_step_times(e2e_platform, namespace, operator_process):
+    cluster = e2e_platform.cluster
     apply(
         cluster,
-        pytorchjob(namespace, "ddp", workers=3, args=["--steps", "3000", "--step-sleep", "0.05"]),
+        pytorchjob(
+            e2e_platform,
+            namespace,
+            "ddp",
+            workers=3,
+            args=["--steps", "3000", "--step-sleep", "0.05"],
+        ),
     )
     wait_until(running_pods(cluster, namespace, "ddp"), 180, "4 running pods")
     session = profile_session(namespace, "ddp-steps", "ddp")

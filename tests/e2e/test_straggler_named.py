@@ -10,10 +10,10 @@ from support.operator_helpers import get_session, session_phase
 pytestmark = pytest.mark.e2e
 
 
-def test_slow_rank_is_named_with_its_pod(e2e_cluster, namespace, operator_process):
-    cluster = e2e_cluster
+def test_slow_rank_is_named_with_its_pod(e2e_platform, namespace, operator_process):
+    cluster = e2e_platform.cluster
     args = ["--steps", "3000", "--step-sleep", "0.03", "--slow-rank", "2", "--slow-extra", "0.08"]
-    apply(cluster, pytorchjob(namespace, "slow", workers=3, args=args))
+    apply(cluster, pytorchjob(e2e_platform, namespace, "slow", workers=3, args=args))
     wait_until(running_pods(cluster, namespace, "slow"), 180, "4 running pods")
     apply(cluster, profile_session(namespace, "slow-profile", "slow"))
     wait_until(

@@ -11,11 +11,12 @@ pytestmark = pytest.mark.e2e
 
 
 def test_unreachable_agent_gives_partial_success_naming_the_pod(
-    e2e_cluster, namespace, operator_process
+    e2e_platform, namespace, operator_process
 ):
-    cluster = e2e_cluster
+    cluster = e2e_platform.cluster
     # The master's agent listens on another port than the operator calls: it is unreachable.
     job = pytorchjob(
+        e2e_platform,
         namespace,
         "part",
         workers=2,

@@ -43,23 +43,23 @@ VICTIM_NAMESPACE, VICTIM_POD = "team-a", "victim-0"
 
 
 @pytest.fixture
-def webhook_port(e2e_cluster, tmp_path) -> Iterator[int]:
+def webhook_port(e2e_platform, tmp_path) -> Iterator[int]:
     port = free_port()
-    process = start_injecting_operator(e2e_cluster, tmp_path, port)
+    process = start_injecting_operator(e2e_platform, tmp_path, port)
     yield port
-    stop_injecting_operator(e2e_cluster, process)
+    stop_injecting_operator(e2e_platform.cluster, process)
     print(process.logs()[-6000:])
 
 
 @pytest.fixture
-def team_a_agent(e2e_cluster, tmp_path) -> Iterator[str]:
+def team_a_agent(e2e_platform, tmp_path) -> Iterator[str]:
     """A real sidecar of pod team-a/victim-0 that trusts the operator's keys; its address."""
     port = free_port()
     env = dict(
         os.environ,
         STEPSCOPE_AGENT_DIR=str(tmp_path / "victim"),
         STEPSCOPE_AGENT_TRUSTED_KEYS=AGENT_KEYRING.trusted_keys_text(),
-        STEPSCOPE_STORAGE_ENDPOINT=e2e_cluster.s3_endpoint,
+        STEPSCOPE_STORAGE_ENDPOINT=e2e_platform.cluster.s3_endpoint,
         STEPSCOPE_AGENT_HOST="127.0.0.1",
         STEPSCOPE_AGENT_PORT=str(port),
         STEPSCOPE_POD_NAME=VICTIM_POD,
@@ -171,8 +171,8 @@ def _foreign_client_cert(directory: Path) -> tuple[Path, Path]:
     return cert_path, key_path
 
 
-def test_only_the_api_server_gets_through_the_webhooks_tls(e2e_cluster, webhook_port, tmp_path):
-    cluster = e2e_cluster
+def test_only_the_api_server_gets_through_the_webhooks_tls(e2e_platform, webhook_port, tmp_path):
+    cluster = e2e_platform.cluster
     namespace = f"trust-{uuid.uuid4().hex[:6]}"
     cluster.kubectl("create", "namespace", namespace)
     cluster.kubectl("label", "namespace", namespace, f"{INJECT_LABEL}=true")
@@ -213,12 +213,14 @@ def _strings(value: Any) -> list[str]:
 
 
 def test_a_forged_admission_review_yields_nothing_a_team_a_agent_accepts(
-    e2e_cluster, webhook_port, team_a_agent
+    e2e_platform, webhook_port, team_a_agent
 ):
     # The worst case: the forger holds the API server's own client certificate.
-    pki = Path(e2e_cluster.root) / "pki"
+    pki = Path(e2e_platform.cluster.root) / "pki"
     context = _client_context(
-        e2e_cluster, pki / "apiserver-webhook-client.crt", pki / "apiserver-webhook-client.key"
+        e2e_platform.cluster,
+        pki / "apiserver-webhook-client.crt",
+        pki / "apiserver-webhook-client.key",
     )
     answer = wait_until(
         lambda: _post(webhook_port, context).get("response"), 30, "the webhook's answer"
