@@ -16,7 +16,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from e2e_helpers import E2E_DIR
 from e2e_platform import E2EPlatform, node_choice, stop_audited_operator
 from support import wait_until
 from support.operator_helpers import (
@@ -86,7 +85,7 @@ def _create_namespace(platform: E2EPlatform, *, agent_config_map: bool) -> str:
     cluster = platform.cluster
     name = f"e2e-{uuid.uuid4().hex[:6]}"
     cluster.kubectl("create", "namespace", name)
-    objects = platform.namespace_objects(name, E2E_DIR)
+    objects = platform.namespace_objects(name)
     if agent_config_map:
         keys = AGENT_KEYRING.trusted_keys_text()
         objects.append(config_map_for(name, keys, platform.agent_storage_endpoint))

@@ -49,7 +49,7 @@ def pod_template(
                 {
                     "name": "pytorch",
                     "image": "python:3.11",
-                    "command": ["python", platform.script(E2E_DIR), *args],
+                    "command": ["python", platform.script, *args],
                     "env": [{"name": "OMP_NUM_THREADS", "value": "1"}],
                     "ports": [{"name": "pytorchjob-port", "containerPort": master_port}],
                 }

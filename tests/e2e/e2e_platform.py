@@ -1,4 +1,5 @@
-"""Where the e2e tier runs its PyTorchJobs: on the real node, or on the process pod runner.
+"""Where the e2e tier runs its jobs (PyTorchJobs, JobSets, TrainJobs): on the real node, or on
+the process pod runner.
 
 On the real node (the default) the kubelet starts every pod through containerd and runc: the
 training operator's master and workers, whose workers' init container waits for the master's
@@ -12,11 +13,12 @@ operator's grants name.
 
 The process pod runner is used when ``STEPSCOPE_E2E_NODE=process`` asks for it, or when the
 container runtime cannot start on this machine (its packages cannot be installed, or containerd
-exits at start): then every e2e test says so in its report, with the exact error.
+exits at start): then the run warns once, with the exact error.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import shutil
@@ -40,6 +42,7 @@ NODE_CHOICES = ("real", "process")
 SCRIPT_CONFIG_MAP = "e2e-ddp-job"
 SCRIPT_DIR = "/workspace"
 SCRIPT_VOLUME = "e2e-ddp-job"
+DDP_JOB = Path(__file__).with_name("ddp_job.py")
 
 
 def node_choice() -> str:
@@ -68,9 +71,10 @@ class E2EPlatform:
     def agent_image(self) -> str:
         return self.node.images.agent if self.node else "stepscope-agent:local"
 
-    def script(self, e2e_dir: Path) -> str:
+    @property
+    def script(self) -> str:
         """Where a trainer container finds ``ddp_job.py``."""
-        return f"{SCRIPT_DIR}/ddp_job.py" if self.node else str(e2e_dir / "ddp_job.py")
+        return f"{SCRIPT_DIR}/{DDP_JOB.name}" if self.node else str(DDP_JOB)
 
     def operator_env(self, **extra: str) -> dict[str, str]:
         """The test operator's environment; on the real node its grants and analysis Jobs are
@@ -90,7 +94,7 @@ class E2EPlatform:
         process.start()
         return process
 
-    def namespace_objects(self, namespace: str, e2e_dir: Path) -> list[dict]:
+    def namespace_objects(self, namespace: str) -> list[dict]:
         """What a namespace needs before its jobs: on the real node, the job script."""
         if not self.node:
             return []
@@ -99,7 +103,7 @@ class E2EPlatform:
                 "apiVersion": "v1",
                 "kind": "ConfigMap",
                 "metadata": {"name": SCRIPT_CONFIG_MAP, "namespace": namespace},
-                "data": {"ddp_job.py": (e2e_dir / "ddp_job.py").read_text()},
+                "data": {DDP_JOB.name: DDP_JOB.read_text()},
             }
         ]
 
@@ -118,6 +122,7 @@ class E2EPlatform:
             return template
         from stepscope_dev.realnode.trainer_pods import real_node_pod_template
 
+        template = copy.deepcopy(template)
         spec = template["spec"]
         trainer = next(c for c in spec["containers"] if c["name"] == container)
         volumes = [{"name": SCRIPT_VOLUME, "configMap": {"name": SCRIPT_CONFIG_MAP}}]

@@ -23,7 +23,6 @@ from support.operator_helpers import OperatorProcess
 
 from stepscope.api.agent import TraceSummary, parse_capture_summary
 
-E2E_DIR = Path(__file__).resolve().parent
 WEBHOOK_COMPONENT = "stepscope-injection"
 JOBSET_LABEL = "jobset.sigs.k8s.io/"
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
@@ -90,7 +89,7 @@ def trainjob(
             "runtimeRef": {"name": TORCH_RUNTIME_NAME},
             "trainer": {
                 "numNodes": nodes,
-                "command": [platform.torchrun, platform.script(E2E_DIR), *args],
+                "command": [platform.torchrun, platform.script, *args],
                 "env": [{"name": "OMP_NUM_THREADS", "value": "1"}],
             },
         },
@@ -117,7 +116,7 @@ def jobset(
     container = {
         "name": "pytorch",
         "image": "python:3.11",
-        "command": ["python", platform.script(E2E_DIR), *args],
+        "command": ["python", platform.script, *args],
         "env": env,
     }
     return {
