@@ -48,7 +48,7 @@ from stepscope_agent.settings import (
 )
 from stepscope_dev.agent_calls import signed_call
 from stepscope_dev.net import free_port
-from stepscope_operator.call_signing import AgentKeyring
+from stepscope_operator.agents.signing import AgentKeyring
 
 REPO = Path(__file__).resolve().parent.parent
 WORKLOAD = REPO / "bench" / "capture_workload.py"

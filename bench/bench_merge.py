@@ -1,7 +1,7 @@
 """The operator's merge at N ranks: CPU time per rank, against the 16-rank anchor.
 
 What the operator does with N summaries once the window ends (merge them into the job's
-verdict, `stepscope_operator.collecting.merge_job`, and build the status from it,
+verdict, `stepscope_operator.sessions.collecting.merge_job`, and build the status from it,
 `summary_from_job`) must grow linearly with N: at 1024 ranks it is on the path from
 window end to verdict. The summaries are the real sidecar summariser's
 (`summarize_rank`) of real recorded traces perturbed per rank (`stepscope_dev.fleet_traces`:
@@ -30,9 +30,9 @@ import json, resource, sys, tempfile, time
 from pathlib import Path
 from stepscope_dev.fleet_traces import Lateness, RecordedTraces
 from stepscope.analysis import summarize_rank
-from stepscope_operator.collecting import merge_job
-from stepscope_operator.status import summary_from_job
-from stepscope_operator.targets import RankTarget
+from stepscope_operator.sessions.collecting import merge_job
+from stepscope_operator.sessions.status import summary_from_job
+from stepscope_operator.targets.resolving import RankTarget
 
 ranks, scenario = int(sys.argv[1]), sys.argv[2]
 PER_NODE = 8

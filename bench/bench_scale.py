@@ -64,9 +64,9 @@ from stepscope_dev.fleet_traces import RECORDED_STEPS, TRACE_SOURCES, Lateness
 from stepscope_dev.net import free_port
 from stepscope_dev.operator_process import REPO_ROOT, OperatorProcess, operator_env
 from stepscope_dev.podrunner import start_podrunner
-from stepscope_operator.buckets import connect_buckets
-from stepscope_operator.call_signing import AgentKeyring
+from stepscope_operator.agents.signing import AgentKeyring
 from stepscope_operator.settings import load_settings
+from stepscope_operator.storage.buckets import connect_buckets
 
 from stepscope.storage import SessionArtifact, session_key
 

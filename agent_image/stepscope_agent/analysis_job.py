@@ -25,11 +25,15 @@ import urllib.request
 from pathlib import Path
 from typing import BinaryIO
 
-from stepscope.analysis.counters import MAX_COUNTER_BYTES, CounterFileError, load_counter_document
-from stepscope.analysis.job_model import JobSummary
-from stepscope.analysis.merged_trace import write_merged_trace
-from stepscope.analysis.rank_track import all_ranks_track
-from stepscope.analysis.report import render_report
+from stepscope.analysis.model.job_summary import JobSummary
+from stepscope.analysis.reading.counters import (
+    MAX_COUNTER_BYTES,
+    CounterFileError,
+    load_counter_document,
+)
+from stepscope.analysis.reports.html import render_report
+from stepscope.analysis.reports.merged_trace import write_merged_trace
+from stepscope.analysis.reports.rank_track import all_ranks_track
 from stepscope.api.analysis_job import (
     MAX_RESULT_NOTES,
     PLAN_URL_ENV,

@@ -2,7 +2,7 @@
 
 Samples are kept with their unix time so each rank's counters can be cut to its window and
 written as a Chrome-trace counter track on that rank's trace clock
-(``stepscope.analysis.counters`` reads that file back). Besides the moving counters each
+(``stepscope.analysis.reading.counters`` reads that file back). Besides the moving counters each
 sample holds the device's memory size, maximum SM clock and power limit, so a reader can
 judge memory, clock and power against the device's own ceiling, and NVML's clock-event
 reasons (why clocks are below their maximum: power cap, thermal or hardware slowdown) as

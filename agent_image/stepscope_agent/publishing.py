@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stepscope.analysis.summary_model import RankSummary
+from stepscope.analysis.model.rank_summary import RankSummary
 from stepscope.api.agent import (
     CaptureFailure,
     CaptureRequest,
@@ -203,7 +203,7 @@ def with_counter_statistics(summary: CaptureSummary, counters: Path) -> CaptureS
     shared reader (bounded and validated, as every reader of the file does); a failure
     leaves the summary as it was, and the file is still uploaded."""
     try:
-        from stepscope.analysis.counters import rank_counter_stats, read_counter_file
+        from stepscope.analysis.reading.counters import rank_counter_stats, read_counter_file
 
         traced = summary.rank_summary if isinstance(summary, TraceSummary) else None
         devices = [split.device for split in traced.gpu] if traced is not None else []

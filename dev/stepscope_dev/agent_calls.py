@@ -1,6 +1,6 @@
 """Signed calls to a real agent, exactly as the operator makes them, for tests and benchmarks.
 
-The operator's own client (stepscope_operator.agent_client) is asynchronous; tests and the
+The operator's own client (stepscope_operator.agents.client) is asynchronous; tests and the
 benchmarks poll agents from plain threads, so this is the same signing over urllib.
 """
 
@@ -11,7 +11,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from stepscope_operator.call_signing import AgentKeyring
+from stepscope_operator.agents.signing import AgentKeyring
 
 
 def signed_call(

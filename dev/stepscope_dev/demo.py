@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from stepscope_operator.call_signing import AgentKeyring
+from stepscope_operator.agents.signing import AgentKeyring
 
 from stepscope_dev import build
 from stepscope_dev.cluster import STATE_FILE, LocalCluster, start_cluster, stop_cluster

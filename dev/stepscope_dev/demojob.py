@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from stepscope_operator.target_kinds.pytorchjob import JOB_NAME_LABEL as PYTORCHJOB_NAME_LABEL
+from stepscope_operator.targets.kinds.pytorchjob import JOB_NAME_LABEL as PYTORCHJOB_NAME_LABEL
 
 from stepscope_dev.net import free_port
 

@@ -42,7 +42,7 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from stepscope.analysis.classify import is_comm_kernel
+from stepscope.analysis.reading.classify import is_comm_kernel
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RECORDED = REPO_ROOT / "tests" / "data" / "scenarios" / "communication_bound"

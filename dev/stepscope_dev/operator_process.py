@@ -11,7 +11,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from stepscope_operator.call_signing import KEY_SUFFIX, AgentKeyring
+from stepscope_operator.agents.signing import KEY_SUFFIX, AgentKeyring
 from stepscope_operator.settings import ENV as OPERATOR_ENV
 
 from stepscope_dev.cluster import free_port

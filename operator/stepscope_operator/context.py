@@ -16,17 +16,23 @@ from pydantic import BaseModel
 from stepscope.api.session import ProfileSessionSpec, describe_target
 from stepscope.api.session_status import Phase, ProfileSessionStatus, Reason, StatusArtifacts
 from stepscope.storage import SessionArtifact, session_key, session_prefix
-from stepscope_operator.agent_client import AgentClient
-from stepscope_operator.buckets import Buckets
-from stepscope_operator.fanout import FanOut, RetryPolicy
+from stepscope_operator.agents.client import AgentClient
+from stepscope_operator.agents.fanout import FanOut, RetryPolicy
 from stepscope_operator.kubeapi import KubeApi
 from stepscope_operator.metrics import SESSIONS_FINISHED, record_finished_session
-from stepscope_operator.planning import WindowPlan
-from stepscope_operator.retention import final_artifacts, grants_expire_at
+from stepscope_operator.sessions.planning import WindowPlan
+from stepscope_operator.sessions.status import (
+    READY,
+    is_final,
+    phase_event,
+    ready_condition,
+    set_condition,
+)
 from stepscope_operator.settings import OperatorSettings, session_retention
-from stepscope_operator.status import READY, is_final, phase_event, ready_condition, set_condition
-from stepscope_operator.target_kinds import TargetAdapter, TargetKind, adapter_for
-from stepscope_operator.targets import RankTarget
+from stepscope_operator.storage.buckets import Buckets
+from stepscope_operator.storage.retention import final_artifacts, grants_expire_at
+from stepscope_operator.targets.kinds import TargetAdapter, TargetKind, adapter_for
+from stepscope_operator.targets.resolving import RankTarget
 
 
 @dataclass

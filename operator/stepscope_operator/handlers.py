@@ -22,12 +22,16 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from stepscope.api.session import GROUP, VERSION
 from stepscope.api.session_status import Reason
-from stepscope_operator.buckets import connect_buckets
 from stepscope_operator.context import OperatorContext, SessionView, StatusWriter
 from stepscope_operator.errors import describe_exception
 from stepscope_operator.kubeapi import KubeApi, load_api_client
 from stepscope_operator.metrics import serve_metrics
-from stepscope_operator.retention import (
+from stepscope_operator.schedules.flow import reconcile_schedule
+from stepscope_operator.sessions.flow import cleanup_session, run_session
+from stepscope_operator.sessions.status import is_final, set_condition
+from stepscope_operator.settings import load_settings
+from stepscope_operator.storage.buckets import connect_buckets
+from stepscope_operator.storage.retention import (
     CLEANUP_FIRST_DELAY_SECONDS,
     PENDING_DELETE_SWEEP_SECONDS,
     apply_lifecycle_rule,
@@ -35,10 +39,6 @@ from stepscope_operator.retention import (
     lifecycle_rule,
     sweep_pending_deletes,
 )
-from stepscope_operator.schedule_flow import reconcile_schedule
-from stepscope_operator.session_flow import cleanup_session, run_session
-from stepscope_operator.settings import load_settings
-from stepscope_operator.status import is_final, set_condition
 
 PLURAL = "profilesessions"
 FINALIZER = f"{GROUP}/cleanup"

@@ -3,7 +3,7 @@
 The kubernetes client is synchronous; every call runs in a worker thread so the
 kopf event loop keeps serving other sessions. The objects a session targets
 (PyTorchJobs, TrainJobs, JobSets) are only ever read: their own operators own them,
-and which resource each kind reads is its adapter's (`stepscope_operator.target_kinds`).
+and which resource each kind reads is its adapter's (`stepscope_operator.targets.kinds`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from kubernetes.client.exceptions import ApiException
 
 from stepscope.api.session import GROUP, VERSION
 from stepscope.api.text import clip_text
-from stepscope_operator.target_kinds import JobResource
+from stepscope_operator.targets.kinds import JobResource
 
 SESSION_PLURAL = "profilesessions"
 SCHEDULE_PLURAL = "profileschedules"

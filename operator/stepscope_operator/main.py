@@ -8,9 +8,9 @@ import logging
 import kopf
 
 from stepscope_operator import handlers  # noqa: F401  (registers the handlers with kopf)
-from stepscope_operator.artifact_access import register_artifact_access
+from stepscope_operator.access.artifacts import register_artifact_access
+from stepscope_operator.admission.webhook import load_webhook_settings, register_webhook
 from stepscope_operator.settings import ENV, load_settings
-from stepscope_operator.webhook import load_webhook_settings, register_webhook
 
 
 def main(argv: list[str] | None = None) -> None:

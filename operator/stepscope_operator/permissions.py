@@ -4,7 +4,7 @@ The chart's ``templates/rbac.yaml`` grants exactly these: ``tests/unit/chart`` f
 chart misses one of them or grants one that is not listed here, and the integration tests ask
 the real API server (``kubectl auth can-i --as=<the chart's service account>``). Whoever adds an
 API call to the operator adds its permission here and to the chart in the same change; a
-target kind declares its own in its adapter (``stepscope_operator.target_kinds``).
+target kind declares its own in its adapter (``stepscope_operator.targets.kinds``).
 
 Scopes:
 
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Literal, NamedTuple
 
-from stepscope_operator.target_kinds import TARGET_KINDS
+from stepscope_operator.targets.kinds import TARGET_KINDS
 
 Scope = Literal["watched", "cluster"]
 

@@ -32,7 +32,7 @@ from pydantic import (
 from stepscope import artifact_links
 from stepscope.api import agent as agent_wire
 from stepscope.api.session import MAX_RETENTION
-from stepscope_operator.call_signing import AgentKeyring, KeyringError
+from stepscope_operator.agents.signing import AgentKeyring, KeyringError
 
 CONFIG_FILE_ENV = "STEPSCOPE_OPERATOR_CONFIG"
 # Prometheus's own conventional port; 8080 is kopf's liveness endpoint in the chart.

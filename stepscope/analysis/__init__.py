@@ -1,7 +1,7 @@
 """Per-rank trace analysis: stream a Kineto trace once into a compact RankSummary.
 
 The names below are loaded on first use (PEP 562), not when the package is imported:
-the operator imports `stepscope.analysis.job_model` and `merge`, and must not load the
+the operator imports `stepscope.analysis.model.job_summary` and `merge`, and must not load the
 trace reader with them (it never opens a raw trace; tests audit its imports).
 """
 
@@ -11,19 +11,19 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "TraceReader": "stepscope.analysis.reader",
-    "TraceReadError": "stepscope.analysis.reader",
-    "summarize_rank": "stepscope.analysis.summary",
-    "Breakdown": "stepscope.analysis.summary_model",
-    "CollectiveRecord": "stepscope.analysis.summary_model",
-    "CollectiveStat": "stepscope.analysis.summary_model",
-    "DataLoadingStats": "stepscope.analysis.summary_model",
-    "DeviceSplit": "stepscope.analysis.summary_model",
-    "HostStats": "stepscope.analysis.summary_model",
-    "MemoryStats": "stepscope.analysis.summary_model",
-    "OpStat": "stepscope.analysis.summary_model",
-    "RankSummary": "stepscope.analysis.summary_model",
-    "StepRecord": "stepscope.analysis.summary_model",
+    "TraceReader": "stepscope.analysis.reading.reader",
+    "TraceReadError": "stepscope.analysis.reading.reader",
+    "summarize_rank": "stepscope.analysis.rank.summary",
+    "Breakdown": "stepscope.analysis.model.rank_summary",
+    "CollectiveRecord": "stepscope.analysis.model.rank_summary",
+    "CollectiveStat": "stepscope.analysis.model.rank_summary",
+    "DataLoadingStats": "stepscope.analysis.model.rank_summary",
+    "DeviceSplit": "stepscope.analysis.model.rank_summary",
+    "HostStats": "stepscope.analysis.model.rank_summary",
+    "MemoryStats": "stepscope.analysis.model.rank_summary",
+    "OpStat": "stepscope.analysis.model.rank_summary",
+    "RankSummary": "stepscope.analysis.model.rank_summary",
+    "StepRecord": "stepscope.analysis.model.rank_summary",
 }
 
 __all__ = list(_EXPORTS)

@@ -33,8 +33,8 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from stepscope.analysis.counter_model import CounterStats
-from stepscope.analysis.summary_model import RankSummary
+from stepscope.analysis.model.counter_stats import CounterStats
+from stepscope.analysis.model.rank_summary import RankSummary
 from stepscope.failures import MISSED_START, FailureCode
 from stepscope.tiers import TIERS, SummaryKind, Tier, tier_profile
 

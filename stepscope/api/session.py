@@ -39,7 +39,7 @@ MAX_WARMUP_STEPS = 100
 class TargetKind(StrEnum):
     """What a session profiles: the one field of spec.target that is set.
 
-    Each kind has one adapter in ``stepscope_operator.target_kinds`` that knows its pods,
+    Each kind has one adapter in ``stepscope_operator.targets.kinds`` that knows its pods,
     their ranks and when the job has finished.
     """
 

@@ -436,7 +436,7 @@ class BaselineComparison(ApiModel):
     """This session against spec.baseline.sessionRef (or a schedule's rolling baseline).
 
     Numbers are absent when they were not measured (an inconclusive comparison says why in
-    `reason`); the statistics are described in stepscope/analysis/step_comparison.py."""
+    `reason`); the statistics are described in stepscope/analysis/comparing/step_comparison.py."""
 
     session: BoundedText(POD_NAME_MAX_LENGTH) = Field(
         description="Observed state. The baseline session (the newest one of a rolling baseline)."

@@ -137,7 +137,7 @@ def injecting_namespace(trainer_platform) -> Iterator[str]:
     """A namespace labelled for agent injection: every pod created in it goes through the
     operator's injection webhook, as TrainJob and JobSet pods (whose templates the test does
     not write) get the agent in a real cluster."""
-    from stepscope_operator.injection import INJECT_LABEL
+    from stepscope_operator.admission.injection import INJECT_LABEL
 
     cluster = trainer_platform.cluster
     name = _create_namespace(trainer_platform, agent_config_map=False)

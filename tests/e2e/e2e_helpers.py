@@ -12,14 +12,18 @@ from typing import Any
 import jsonpatch
 from e2e_platform import E2EPlatform
 from stepscope_dev.demojob import AGENT_CONFIG_MAP
-from stepscope_operator.agent_contract import (
+from stepscope_operator.admission.injection import (
+    INJECT_LABEL,
+    InjectionSettings,
+    build_injection_patch,
+)
+from stepscope_operator.agents.contract import (
     AGENT_CONTAINER_NAME,
     ENV_STORAGE_ENDPOINT,
     ENV_TRUSTED_KEYS,
     IMAGE_HOOK_DIR,
 )
-from stepscope_operator.injection import INJECT_LABEL, InjectionSettings, build_injection_patch
-from stepscope_operator.target_kinds.pytorchjob import JOB_NAME_LABEL as PYTORCHJOB_NAME_LABEL
+from stepscope_operator.targets.kinds.pytorchjob import JOB_NAME_LABEL as PYTORCHJOB_NAME_LABEL
 from support import free_port
 
 from stepscope.api.agent import DEFAULT_PORT

@@ -15,9 +15,9 @@ from stepscope_dev.loopback_webhooks import (
     unregister_webhooks,
     wait_until_serving,
 )
-from stepscope_operator.injection import INJECT_LABEL
-from stepscope_operator.webhook import ENV as WEBHOOK_ENV
-from stepscope_operator.webhook import NAMESPACE_LABEL_WEBHOOK
+from stepscope_operator.admission.injection import INJECT_LABEL
+from stepscope_operator.admission.webhook import ENV as WEBHOOK_ENV
+from stepscope_operator.admission.webhook import NAMESPACE_LABEL_WEBHOOK
 from support import free_port
 from support.operator_helpers import OperatorProcess
 

@@ -8,8 +8,8 @@ import json
 import pytest
 from e2e_helpers import AGENT_PORT, apply, profile_session, pytorchjob, running_pods
 from stepscope_dev.agent_calls import signed_call
-from stepscope_operator.pod_arming import capture_id_for
-from stepscope_operator.target_kinds.pytorchjob import JOB_NAME_LABEL as PYTORCHJOB_NAME_LABEL
+from stepscope_operator.sessions.pod_arming import capture_id_for
+from stepscope_operator.targets.kinds.pytorchjob import JOB_NAME_LABEL as PYTORCHJOB_NAME_LABEL
 from support import wait_until
 from support.operator_helpers import AGENT_KEYRING, get_session, session_phase
 

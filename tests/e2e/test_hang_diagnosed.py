@@ -13,7 +13,7 @@ from e2e_helpers import E2E_DIR, apply, pytorchjob, running_pods
 from support import wait_until
 from support.operator_helpers import get_session, session_events, session_phase
 
-from stepscope.cli import main as stepscope_main
+from stepscope.cli.main import main as stepscope_main
 
 pytestmark = pytest.mark.e2e
 

@@ -11,7 +11,7 @@ from e2e_helpers import (
     pytorchjob,
     running_pods,
 )
-from stepscope_operator.target_kinds.pytorchjob import JOB_NAME_LABEL as PYTORCHJOB_NAME_LABEL
+from stepscope_operator.targets.kinds.pytorchjob import JOB_NAME_LABEL as PYTORCHJOB_NAME_LABEL
 from support import wait_until
 from support.operator_helpers import session_phase
 from support.session_checks import check_analysed_session, check_delete_removes_artifacts

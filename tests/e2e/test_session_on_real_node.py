@@ -18,8 +18,8 @@ import secrets
 
 import pytest
 from stepscope_dev.demojob import JOB_NAME
-from stepscope_operator.agent_contract import AGENT_CONTAINER_NAME
-from stepscope_operator.analysis_job import COMPONENT, COMPONENT_LABEL
+from stepscope_operator.agents.contract import AGENT_CONTAINER_NAME
+from stepscope_operator.sessions.analysis_job import COMPONENT, COMPONENT_LABEL
 from support.demo_on_node import SESSION, apply_example_session, run_demo_job, wait_for_final_phase
 from support.session_checks import check_analysed_session, check_delete_removes_artifacts
 

@@ -29,9 +29,9 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from jobset_helpers import start_injecting_operator, stop_injecting_operator
 from stepscope_dev.agent_calls import signed_call
-from stepscope_operator.agent_contract import AGENT_CONTAINER_NAME
-from stepscope_operator.injection import INJECT_LABEL
-from stepscope_operator.webhook import NAMESPACE_LABEL_WEBHOOK
+from stepscope_operator.admission.injection import INJECT_LABEL
+from stepscope_operator.admission.webhook import NAMESPACE_LABEL_WEBHOOK
+from stepscope_operator.agents.contract import AGENT_CONTAINER_NAME
 from support import free_port, wait_until
 from support.operator_helpers import AGENT_KEYRING
 

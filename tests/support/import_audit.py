@@ -21,11 +21,11 @@ AUDIT_FILE_ENV = "STEPSCOPE_TEST_IMPORT_AUDIT"
 RAW_TRACE_MODULES = frozenset(
     {
         # The trace reader and everything that streams or renders many ranks' traces.
-        "stepscope.analysis.reader",
-        "stepscope.analysis.summary",
-        "stepscope.analysis.merged_trace",
-        "stepscope.analysis.rank_track",
-        "stepscope.analysis.report",
+        "stepscope.analysis.reading.reader",
+        "stepscope.analysis.rank.summary",
+        "stepscope.analysis.reports.merged_trace",
+        "stepscope.analysis.reports.rank_track",
+        "stepscope.analysis.reports.html",
         # The streaming JSON parser the reader is built on.
         "ijson",
     }

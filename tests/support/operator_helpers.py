@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 from stepscope_dev.operator_process import REPO_ROOT, OperatorProcess
 from stepscope_dev.operator_process import operator_env as _operator_env
-from stepscope_operator.call_signing import AgentKeyring
+from stepscope_operator.agents.signing import AgentKeyring
 
 from support import import_audit
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from stepscope.analysis.job_model import JobSummary
-from stepscope.analysis.summary_model import (
+from stepscope.analysis.model.job_summary import JobSummary
+from stepscope.analysis.model.rank_summary import (
     TOP_N,
     Breakdown,
     CollectiveStat,

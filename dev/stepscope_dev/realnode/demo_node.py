@@ -22,13 +22,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from stepscope_operator.agent_contract import (
+from stepscope_operator.admission.injection import INJECT_LABEL, INJECTED_LABEL
+from stepscope_operator.agents.contract import (
     AGENT_CONTAINER_NAME,
     ENV_AGENT_DIR,
     HOOK_INSTALL_CONTAINER_NAME,
     SHARED_VOLUME_NAME,
 )
-from stepscope_operator.injection import INJECT_LABEL, INJECTED_LABEL
 
 # What the hand-declared agent adds to the trainer container besides the shared mount.
 _HAND_DECLARED_ENV = (ENV_AGENT_DIR, "PYTHONPATH")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from stepscope_dev.agent_calls import signed_call
-from stepscope_operator.call_signing import AgentKeyring
+from stepscope_operator.agents.signing import AgentKeyring
 from support import free_port
 from support.launched import MARK_ENV, kill_marked, new_mark
 from support.operator_helpers import AGENT_KEYRING

@@ -18,7 +18,7 @@ from support.launched import MARK_ENV, kill_marked, new_mark
 
 from stepscope.api.hang_dump import HANG_DUMPS_PATH, PodHangDumps
 from stepscope.api.hang_status import HangKind
-from stepscope.cli import main as stepscope_main
+from stepscope.cli.main import main as stepscope_main
 from stepscope.hang.attribution import attribute_hang
 
 pytestmark = pytest.mark.integration

@@ -7,8 +7,8 @@ import asyncio
 
 import aiohttp
 import pytest
-from stepscope_operator.agent_client import AgentClient, AgentError
-from stepscope_operator.call_signing import AgentKeyring
+from stepscope_operator.agents.client import AgentClient, AgentError
+from stepscope_operator.agents.signing import AgentKeyring
 from stepscope_operator.settings import ENV, load_settings
 from support.operator_helpers import AGENT_KEYRING
 

@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 from stepscope_dev.agent_calls import signed_call
-from stepscope_operator.agent_contract import AGENT_CONTAINER_NAME
-from stepscope_operator.call_signing import AgentKeyring
+from stepscope_operator.agents.contract import AGENT_CONTAINER_NAME
+from stepscope_operator.agents.signing import AgentKeyring
 from support import wait_until
 
 from stepscope.api.agent import STATUS_PATH

@@ -46,8 +46,8 @@ from chart_operator_process import start_chart_operator
 from cryptography import x509
 from prometheus_client.parser import text_string_to_metric_families
 from stepscope_dev.podrunner import start_podrunner
-from stepscope_operator.agent_contract import AGENT_CONTAINER_NAME, HOOK_DIR
-from stepscope_operator.injection import INJECT_LABEL, INJECTED_LABEL
+from stepscope_operator.admission.injection import INJECT_LABEL, INJECTED_LABEL
+from stepscope_operator.agents.contract import AGENT_CONTAINER_NAME, HOOK_DIR
 from stepscope_operator.permissions import REQUIRED_PERMISSIONS
 from support import free_port, wait_for_port, wait_until
 

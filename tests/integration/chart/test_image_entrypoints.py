@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from dockerfile_replay import replay
 from stepscope_dev.agent_calls import signed_call
-from stepscope_operator.agent_contract import HOOK_INSTALL_COMMAND, IMAGE_HOOK_DIR
-from stepscope_operator.call_signing import AgentKeyring
+from stepscope_operator.agents.contract import HOOK_INSTALL_COMMAND, IMAGE_HOOK_DIR
+from stepscope_operator.agents.signing import AgentKeyring
 from support import free_port
 
 pytestmark = pytest.mark.integration
@@ -46,7 +46,9 @@ def test_operator_image_has_no_torch_and_no_agent(operator_image):
     for module in ("torch", "stepscope_agent", "stepscope_dev"):
         result = operator_image.python(f"import {module}")
         assert result.returncode != 0, f"{module} is importable in the operator image"
-    assert operator_image.python("import kopf, stepscope_operator.webhook").returncode == 0
+    assert (
+        operator_image.python("import kopf, stepscope_operator.admission.webhook").returncode == 0
+    )
 
 
 def test_agent_image_has_no_torch_boto3_or_operator(agent_image):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from stepscope_dev.agent_calls import signed_call
 from stepscope_dev.demojob import job_pods_running, submit_demo_job, wait_for_job
-from stepscope_operator.call_signing import AgentKeyring
+from stepscope_operator.agents.signing import AgentKeyring
 from support import wait_until
 
 from stepscope.api.agent import SIGNATURE_HEADER, STATUS_PATH

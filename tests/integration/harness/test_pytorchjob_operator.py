@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from harness_kube import get_json
-from stepscope_operator.target_kinds.pytorchjob import JOB_NAME_LABEL as PYTORCHJOB_NAME_LABEL
+from stepscope_operator.targets.kinds.pytorchjob import JOB_NAME_LABEL as PYTORCHJOB_NAME_LABEL
 from support import free_port, wait_until
 from support.tiny_pytorchjob import replica, trainer_config_map
 

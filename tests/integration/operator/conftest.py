@@ -64,7 +64,7 @@ def analysis_session(local_cluster, session_crds, namespace, pod_runner):
     whose default ServiceAccount exists, and a KubeApi as the operator has one."""
     from kubernetes import config as k8s_config
     from stepscope_operator.kubeapi import KubeApi
-    from stepscope_operator.rendering import SessionIdentity
+    from stepscope_operator.sessions.rendering import SessionIdentity
 
     name = "analysed"
     local_cluster.kubectl(

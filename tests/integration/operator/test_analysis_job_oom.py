@@ -17,7 +17,7 @@ import json
 import pytest
 from stepscope_dev.fleet_traces import Lateness
 from stepscope_dev.podmemory import memory_cgroups_available
-from stepscope_operator.analysis_job import CONTAINER_NAME
+from stepscope_operator.sessions.analysis_job import CONTAINER_NAME
 from support import wait_until
 from support.fleet_helpers import fleet_session, start_fleet
 from support.operator_helpers import (

@@ -17,27 +17,32 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from stepscope_operator.agent_client import AgentClient
-from stepscope_operator.buckets import connect_buckets
-from stepscope_operator.collecting import (
+from stepscope_operator.agents.client import AgentClient
+from stepscope_operator.sessions.collecting import (
     gather_summaries,
     merge_job,
     publish_artifacts,
     write_job_summary,
 )
-from stepscope_operator.following import poll_captures
-from stepscope_operator.planning import PlanningError, plan_window
-from stepscope_operator.pod_arming import arm_pod, capture_id_for
-from stepscope_operator.probing import probe_agents
-from stepscope_operator.rendering import ARTIFACTS_RENDERED, render_artifacts
+from stepscope_operator.sessions.following import poll_captures
+from stepscope_operator.sessions.planning import PlanningError, plan_window
+from stepscope_operator.sessions.pod_arming import arm_pod, capture_id_for
+from stepscope_operator.sessions.probing import probe_agents
+from stepscope_operator.sessions.rendering import ARTIFACTS_RENDERED, render_artifacts
+from stepscope_operator.sessions.status import (
+    final_phase,
+    judge_ranks,
+    summary_from_job,
+    tally_ranks,
+)
 from stepscope_operator.settings import load_settings
-from stepscope_operator.status import final_phase, judge_ranks, summary_from_job, tally_ranks
-from stepscope_operator.targets import RankTarget
+from stepscope_operator.storage.buckets import connect_buckets
+from stepscope_operator.targets.resolving import RankTarget
 from support import free_port, wait_until
 from support.launched import MARK_ENV, kill_marked, new_mark
 from support.operator_helpers import AGENT_KEYRING, REPO_ROOT
 
-from stepscope.analysis.rank_track import LAG_PID, STEPS_PID
+from stepscope.analysis.reports.rank_track import LAG_PID, STEPS_PID
 from stepscope.api.agent import FailureCode
 from stepscope.api.session_status import ProfileSessionStatus, Reason
 from stepscope.storage import session_prefix

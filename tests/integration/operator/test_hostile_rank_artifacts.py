@@ -19,17 +19,17 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from stepscope_operator.buckets import connect_buckets
-from stepscope_operator.collecting import (
+from stepscope_operator.sessions.collecting import (
     gather_summaries,
     merge_job,
     publish_artifacts,
     write_job_summary,
 )
-from stepscope_operator.rendering import ARTIFACTS_RENDERED, render_artifacts
+from stepscope_operator.sessions.rendering import ARTIFACTS_RENDERED, render_artifacts
+from stepscope_operator.sessions.status import RankOutcome
 from stepscope_operator.settings import load_settings
-from stepscope_operator.status import RankOutcome
-from stepscope_operator.targets import RankTarget
+from stepscope_operator.storage.buckets import connect_buckets
+from stepscope_operator.targets.resolving import RankTarget
 
 from stepscope.analysis import summarize_rank
 from stepscope.api.agent import TraceSummary

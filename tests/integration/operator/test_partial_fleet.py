@@ -18,8 +18,8 @@ from collections import Counter
 
 import pytest
 from stepscope_dev.fleet_traces import Lateness
-from stepscope_operator.buckets import connect_buckets
 from stepscope_operator.settings import load_settings
+from stepscope_operator.storage.buckets import connect_buckets
 from support import wait_until
 from support.fleet_helpers import start_fleet
 from support.operator_helpers import (

@@ -13,17 +13,17 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from stepscope_agent.uploading import upload_file
-from stepscope_operator.buckets import connect_buckets
 from stepscope_operator.context import PersistedPlan
-from stepscope_operator.grants import create_rank_grants
 from stepscope_operator.handlers import CLEANUP, FINALIZER
-from stepscope_operator.planning import WindowPlan
-from stepscope_operator.retention import (
+from stepscope_operator.sessions.planning import WindowPlan
+from stepscope_operator.settings import load_settings
+from stepscope_operator.storage.buckets import connect_buckets
+from stepscope_operator.storage.grants import create_rank_grants
+from stepscope_operator.storage.retention import (
     apply_lifecycle_rule,
     lifecycle_rule,
     pending_delete_key,
 )
-from stepscope_operator.settings import load_settings
 from support import free_port, wait_until
 from support.operator_helpers import (
     OperatorProcess,

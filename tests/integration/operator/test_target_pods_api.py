@@ -7,8 +7,8 @@ import json
 
 import pytest
 from stepscope_operator.kubeapi import KubeApi, load_api_client
-from stepscope_operator.target_kinds import TargetKind, adapter_for, base, jobset
-from stepscope_operator.targets import resolve_targets
+from stepscope_operator.targets.kinds import TargetKind, adapter_for, base, jobset
+from stepscope_operator.targets.resolving import resolve_targets
 
 pytestmark = pytest.mark.integration
 

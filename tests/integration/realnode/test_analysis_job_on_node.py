@@ -30,9 +30,9 @@ import secrets
 
 import pytest
 from stepscope_dev.fleet_traces import Lateness
-from stepscope_operator.analysis_job import COMPONENT, COMPONENT_LABEL
-from stepscope_operator.buckets import connect_buckets
+from stepscope_operator.sessions.analysis_job import COMPONENT, COMPONENT_LABEL
 from stepscope_operator.settings import ENV, load_settings
+from stepscope_operator.storage.buckets import connect_buckets
 from support import wait_until
 from support.fleet_helpers import fleet_session, start_fleet
 from support.operator_helpers import (

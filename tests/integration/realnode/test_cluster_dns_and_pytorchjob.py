@@ -28,7 +28,7 @@ import pytest
 from stepscope_dev.realnode import cluster_dns
 from stepscope_dev.realnode.trainer_pods import real_node_pytorchjob
 from stepscope_dev.training_operator import start_training_operator
-from stepscope_operator.target_kinds.pytorchjob import JOB_NAME_LABEL
+from stepscope_operator.targets.kinds.pytorchjob import JOB_NAME_LABEL
 from support import wait_until
 from support.tiny_pytorchjob import replica, trainer_config_map
 

@@ -18,14 +18,18 @@ import jsonpatch
 import pytest
 from stepscope_dev.realnode.containerd import container_pids
 from stepscope_dev.realnode.images import trainer_host_mounts
-from stepscope_operator.agent_contract import (
+from stepscope_operator.admission.injection import (
+    INJECT_LABEL,
+    InjectionSettings,
+    build_injection_patch,
+)
+from stepscope_operator.agents.contract import (
     AGENT_CONTAINER_NAME,
     AGENT_UID,
     HOOK_INSTALL_CONTAINER_NAME,
     SHARED_MOUNT_PATH,
 )
-from stepscope_operator.call_signing import AgentKeyring
-from stepscope_operator.injection import INJECT_LABEL, InjectionSettings, build_injection_patch
+from stepscope_operator.agents.signing import AgentKeyring
 from support import wait_until
 
 TRAINER_UID = 1000

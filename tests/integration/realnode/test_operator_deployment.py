@@ -21,8 +21,8 @@ from stepscope_dev.realnode.operator_release import (
     operator_pods,
     wait_available,
 )
-from stepscope_operator.agent_contract import AGENT_CONTAINER_NAME
-from stepscope_operator.injection import INJECT_LABEL
+from stepscope_operator.admission.injection import INJECT_LABEL
+from stepscope_operator.agents.contract import AGENT_CONTAINER_NAME
 from support import wait_until
 
 # Long enough that no session here ends by its own timeout while the test watches it.

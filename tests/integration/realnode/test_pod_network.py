@@ -23,9 +23,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from stepscope_operator.buckets import connect_buckets
-from stepscope_operator.grants import post_grant
 from stepscope_operator.settings import OperatorSettings
+from stepscope_operator.storage.buckets import connect_buckets
+from stepscope_operator.storage.grants import post_grant
 from support import wait_until
 
 from stepscope.api.agent import STORAGE_ENDPOINT_ENV

@@ -9,7 +9,7 @@ from stepscope_agent.call_auth import (
     TrustedKeysError,
     parse_trusted_keys,
 )
-from stepscope_operator.call_signing import AgentKeyring
+from stepscope_operator.agents.signing import AgentKeyring
 
 from stepscope.api.agent import (
     CALL_SIGNATURE_CONTEXT,

@@ -10,7 +10,8 @@ from pydantic import ValidationError
 from stepscope_agent.publishing import with_counter_statistics
 from support.nvml_replay import HW_SLOWDOWN, SW_POWER_CAP, a100_reading, record_counters
 
-from stepscope.analysis.counters import (
+from stepscope.analysis.model.rank_summary import DeviceSplit, RankSummary
+from stepscope.analysis.reading.counters import (
     MAX_COUNTER_BYTES,
     CounterFileError,
     load_counter_document,
@@ -18,7 +19,6 @@ from stepscope.analysis.counters import (
     read_counter_file,
     summarize_counters,
 )
-from stepscope.analysis.summary_model import DeviceSplit, RankSummary
 from stepscope.api.agent import StepStatistics, TraceSummary, parse_capture_summary
 from stepscope.tiers import Tier
 

@@ -12,7 +12,7 @@ import pytest
 from support.nvml_replay import a100_reading, record_counters
 
 from stepscope.analysis import summarize_rank
-from stepscope.analysis.counters import rank_counter_stats
+from stepscope.analysis.reading.counters import rank_counter_stats
 from stepscope.api.agent import StepStatistics, TraceSummary
 from stepscope.tiers import Tier
 

@@ -6,7 +6,12 @@ choose; the golden scenarios test the same code on real DDP traces.
 
 from __future__ import annotations
 
-from stepscope.analysis.summary_model import Breakdown, CollectiveRecord, RankSummary, StepRecord
+from stepscope.analysis.model.rank_summary import (
+    Breakdown,
+    CollectiveRecord,
+    RankSummary,
+    StepRecord,
+)
 
 STEP_US = 100_000.0
 

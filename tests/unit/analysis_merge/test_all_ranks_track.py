@@ -8,9 +8,9 @@ import json
 import pytest
 from synthetic_ranks import STEP_US, rank_summary
 
-from stepscope.analysis.merge import merge_ranks
-from stepscope.analysis.merged_trace import write_merged_trace
-from stepscope.analysis.rank_track import LAG_PID, STEPS_PID, all_ranks_track
+from stepscope.analysis.merging.merge import merge_ranks
+from stepscope.analysis.reports.merged_trace import write_merged_trace
+from stepscope.analysis.reports.rank_track import LAG_PID, STEPS_PID, all_ranks_track
 
 CLOCKS_US = {0: 0.0, 1: 5_000.0, 2: -12_345.0, 3: 250.0}
 

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from stepscope.analysis.job_model import JobSummary
+from stepscope.analysis.model.job_summary import JobSummary
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "data" / "scenarios"
 
@@ -72,7 +72,7 @@ def test_analyze_without_traces_fails_with_a_clear_message(tmp_path):
 
 
 def test_analyze_splits_a_folder_of_unrelated_traces_into_jobs(tmp_path, shared_traces):
-    from stepscope.cli import analyze
+    from stepscope.cli.main import analyze
 
     results = analyze(str(shared_traces), tmp_path)
     jobs = {job_dir.name: [s.rank for s in job.ranks] for job_dir, job in results}

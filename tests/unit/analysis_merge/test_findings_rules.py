@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from synthetic_ranks import rank_summary
 
-from stepscope.analysis.job_model import Severity
-from stepscope.analysis.merge import merge_ranks
-from stepscope.analysis.summary_model import DeviceSplit, HostStats, MemoryStats, OpStat
+from stepscope.analysis.merging.merge import merge_ranks
+from stepscope.analysis.model.job_summary import Severity
+from stepscope.analysis.model.rank_summary import DeviceSplit, HostStats, MemoryStats, OpStat
 
 
 def _ids(job):

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from stepscope.analysis.job_model import JobSummary, LatenessPattern, Severity
-from stepscope.analysis.lateness import LATE_MAX_P
-from stepscope.analysis.merge import merge_ranks
-from stepscope.analysis.summary import summarize_rank
+from stepscope.analysis.merging.lateness import LATE_MAX_P
+from stepscope.analysis.merging.merge import merge_ranks
+from stepscope.analysis.model.job_summary import JobSummary, LatenessPattern, Severity
+from stepscope.analysis.rank.summary import summarize_rank
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "data" / "scenarios"
 RANKS = {"straggler_2ranks": 2, "straggler_8ranks": 8, "host_contention": 6}

@@ -8,8 +8,8 @@ import pytest
 from support.nvml_replay import SW_POWER_CAP, a100_reading, record_counters
 from synthetic_ranks import rank_summary
 
-from stepscope.analysis.counters import rank_counter_stats
-from stepscope.analysis.merge import merge_ranks
+from stepscope.analysis.merging.merge import merge_ranks
+from stepscope.analysis.reading.counters import rank_counter_stats
 from stepscope.api.gpu_status import gpu_counters_status
 
 GIB = 1024**3
@@ -124,7 +124,7 @@ def test_without_counters_there_is_no_gpu_status():
 
 
 def with_memory(summary, reserved_gib, allocated_gib, capacity_gib=40):
-    from stepscope.analysis.summary_model import MemoryStats
+    from stepscope.analysis.model.rank_summary import MemoryStats
 
     memory = MemoryStats(
         peak_allocated_bytes=int(allocated_gib * GIB),

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from stepscope.analysis.merge import merge_ranks
-from stepscope.analysis.summary import summarize_rank
+from stepscope.analysis.merging.merge import merge_ranks
+from stepscope.analysis.rank.summary import summarize_rank
 
 
 def test_fp32_resnet_on_volta_is_compute_bound_without_tensor_cores(shared_traces):

@@ -8,8 +8,8 @@ import random
 
 import pytest
 
-from stepscope.analysis import lateness
-from stepscope.analysis.lateness import (
+from stepscope.analysis.merging import lateness
+from stepscope.analysis.merging.lateness import (
     LATE_MAX_P,
     judge_late_group,
     judge_lateness,

@@ -7,8 +7,8 @@ import random
 import pytest
 from synthetic_ranks import rank_summary
 
-from stepscope.analysis.job_model import Severity
-from stepscope.analysis.merge import MergeError, merge_ranks
+from stepscope.analysis.merging.merge import MergeError, merge_ranks
+from stepscope.analysis.model.job_summary import Severity
 
 CLOCKS_US = {0: 0.0, 1: 5_000.0, 2: -12_345.0, 3: 250.0}
 
@@ -121,7 +121,7 @@ def test_duplicate_ranks_are_rejected_with_the_fix():
 
 
 def test_split_into_jobs_keeps_one_job_per_identity_and_rank():
-    from stepscope.analysis.merge import split_into_jobs
+    from stepscope.analysis.merging.merge import split_into_jobs
 
     job_a = [rank_summary(r) for r in range(2)]
     other_world = rank_summary(0).model_copy(update={"world_size": 8})

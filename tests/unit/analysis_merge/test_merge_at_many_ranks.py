@@ -9,9 +9,9 @@ import statistics
 import pytest
 from synthetic_ranks import STEP_US, rank_summary
 
-from stepscope.analysis.alignment import MAD_TO_SIGMA, _leave_one_out_zs
-from stepscope.analysis.merge import merge_ranks
-from stepscope.analysis.wait_findings import _OWN_CATEGORIES, extra_time, own_times
+from stepscope.analysis.findings.wait import _OWN_CATEGORIES, extra_time, own_times
+from stepscope.analysis.merging.alignment import MAD_TO_SIGMA, _leave_one_out_zs
+from stepscope.analysis.merging.merge import merge_ranks
 
 
 def _naive_z(rank: int, values: dict[int, float], floor: float) -> float:

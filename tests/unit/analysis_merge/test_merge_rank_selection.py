@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from synthetic_ranks import rank_summary
 
-from stepscope.analysis.merge import merge_ranks
-from stepscope.analysis.trace_selection import (
+from stepscope.analysis.merging.merge import merge_ranks
+from stepscope.analysis.reports.trace_selection import (
     FASTEST,
     MEDIAN,
     RANK_ZERO,

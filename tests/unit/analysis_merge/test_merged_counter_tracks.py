@@ -9,7 +9,7 @@ from pathlib import Path
 
 from support.nvml_replay import a100_reading, record_counters
 
-from stepscope.analysis.merged_trace import write_merged_trace
+from stepscope.analysis.reports.merged_trace import write_merged_trace
 
 BALANCED = Path(__file__).resolve().parents[2] / "data" / "scenarios" / "balanced"
 

@@ -7,7 +7,7 @@ import io
 import json
 from pathlib import Path
 
-from stepscope.analysis.merged_trace import write_merged_trace
+from stepscope.analysis.reports.merged_trace import write_merged_trace
 
 BALANCED = Path(__file__).resolve().parents[2] / "data" / "scenarios" / "balanced"
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 from support.synthetic_jobs import LOADER
 from support.synthetic_jobs import job_summary as _job
 
-from stepscope.analysis.job_model import Straggler
-from stepscope.analysis.regression_explain import compare_jobs, explain
-from stepscope.analysis.summary_model import TOP_N
+from stepscope.analysis.comparing.regression import compare_jobs, explain
+from stepscope.analysis.model.job_summary import Straggler
+from stepscope.analysis.model.rank_summary import TOP_N
 
 
 def test_slower_data_loading_is_named_first_with_its_share():

@@ -8,9 +8,9 @@ from support.nvml_replay import SW_POWER_CAP, a100_reading
 from synthetic_ranks import rank_summary
 from test_gpu_counter_findings import healthy, power_capped, with_counters, with_memory
 
-from stepscope.analysis.merge import merge_ranks
-from stepscope.analysis.report import render_report
-from stepscope.analysis.report_counters import TABLE_MAX_RANKS, gpu_section
+from stepscope.analysis.merging.merge import merge_ranks
+from stepscope.analysis.reports.counters import TABLE_MAX_RANKS, gpu_section
+from stepscope.analysis.reports.html import render_report
 
 
 def test_each_rank_has_a_column_and_the_outlier_is_red():

@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 import pytest
-from stepscope_operator.status import step_timings_only, summary_from_job
+from stepscope_operator.sessions.status import step_timings_only, summary_from_job
 from synthetic_ranks import rank_summary
 
-from stepscope.analysis.merge import MergeError, merge_ranks
-from stepscope.analysis.report import render_report
-from stepscope.analysis.step_timings import (
+from stepscope.analysis.merging.merge import MergeError, merge_ranks
+from stepscope.analysis.model.rank_summary import RankSummary
+from stepscope.analysis.rank.step_timings import (
     STEP_TIMINGS_KIND,
     TIER_LIMIT_NOTE,
     StepTiming,
     summarize_step_timings,
     summarize_steps_document,
 )
-from stepscope.analysis.summary_model import RankSummary
+from stepscope.analysis.reports.html import render_report
 
 
 def steps_document(rank, durations, waits=None, first=20, ended=1_700_000_000.0):

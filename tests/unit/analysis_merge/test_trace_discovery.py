@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from stepscope.analysis.trace_sources import find_sources, rank_from_name
+from stepscope.analysis.reading.trace_sources import find_sources, rank_from_name
 
 
 @pytest.mark.parametrize(

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from stepscope_operator.status import summary_from_job
+from stepscope_operator.sessions.status import summary_from_job
 from synthetic_ranks import rank_summary
 
-from stepscope.analysis.merge import merge_ranks
-from stepscope.analysis.report import render_report
-from stepscope.analysis.summary_model import Breakdown
+from stepscope.analysis.merging.merge import merge_ranks
+from stepscope.analysis.model.rank_summary import Breakdown
+from stepscope.analysis.reports.html import render_report
 
 
 def _unattributed(rank: int):

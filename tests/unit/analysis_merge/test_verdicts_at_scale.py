@@ -13,8 +13,8 @@ import random
 import time
 from datetime import UTC, datetime
 
-from stepscope_operator.following import PodObservation
-from stepscope_operator.status import (
+from stepscope_operator.sessions.following import PodObservation
+from stepscope_operator.sessions.status import (
     ANALYZED,
     CAPTURED,
     READY,
@@ -25,11 +25,11 @@ from stepscope_operator.status import (
     tally_ranks,
     verdict_line,
 )
-from stepscope_operator.targets import RankTarget
+from stepscope_operator.targets.resolving import RankTarget
 from synthetic_ranks import STEP_US, rank_summary
 
-from stepscope.analysis.job_model import JobSummary, LatenessPattern
-from stepscope.analysis.merge import merge_ranks
+from stepscope.analysis.merging.merge import merge_ranks
+from stepscope.analysis.model.job_summary import JobSummary, LatenessPattern
 from stepscope.api.session_status import Phase, ProfileSessionStatus, Reason
 
 RANKS = 1024

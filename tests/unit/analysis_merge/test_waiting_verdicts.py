@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import random
 
-from stepscope_operator.status import summary_from_job
+from stepscope_operator.sessions.status import summary_from_job
 from synthetic_ranks import rank_summary
 
-from stepscope.analysis.job_model import LatenessPattern
-from stepscope.analysis.merge import merge_ranks
+from stepscope.analysis.merging.merge import merge_ranks
+from stepscope.analysis.model.job_summary import LatenessPattern
 
 STEPS = range(10, 16)
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from stepscope.analysis import summary as summary_module
-from stepscope.analysis.reader import TraceReader
-from stepscope.analysis.summary import RankSummaryBuilder
+from stepscope.analysis.rank import summary as summary_module
+from stepscope.analysis.rank.summary import RankSummaryBuilder
+from stepscope.analysis.reading.reader import TraceReader
 
 GENERATOR = Path(__file__).resolve().parents[3] / "bench" / "large_trace.py"
 

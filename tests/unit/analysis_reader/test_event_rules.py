@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from stepscope.analysis.aggregates import Collectives, comm_meta
-from stepscope.analysis.classify import (
+from stepscope.analysis.model.rank_summary import MAX_COLLECTIVE_RECORDS
+from stepscope.analysis.rank.aggregates import Collectives, comm_meta
+from stepscope.analysis.reading.classify import (
     is_comm_kernel,
     is_data_loading,
     is_tensor_core_kernel,
     normalize_collective,
 )
-from stepscope.analysis.summary_model import MAX_COLLECTIVE_RECORDS
 
 
 @pytest.mark.parametrize(

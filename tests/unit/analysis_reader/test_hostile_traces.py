@@ -20,7 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from stepscope.analysis.trace_input import MAX_NESTING_DEPTH, MAX_STRING_BYTES, MAX_TRACE_THREADS
+from stepscope.analysis.reading.trace_input import (
+    MAX_NESTING_DEPTH,
+    MAX_STRING_BYTES,
+    MAX_TRACE_THREADS,
+)
 
 ADDRESS_SPACE_LIMIT = 512 * 1024 * 1024
 # Every case ends in about a second on a quiet machine. The timeout bounds a regression
@@ -123,7 +127,7 @@ except TraceReadError as error:
 MERGE = """
 import gzip, json, sys
 from pathlib import Path
-from stepscope.analysis.merged_trace import write_merged_trace
+from stepscope.analysis.reports.merged_trace import write_merged_trace
 good, bad, out = (Path(arg) for arg in sys.argv[1:4])
 with out.open("wb") as merged:
     result = write_merged_trace(
@@ -165,7 +169,7 @@ def corpus(tmp_path_factory) -> dict[str, tuple[Path, str]]:
 
 def test_interpreter_and_imports_fit_under_the_limit(tmp_path):
     code = (
-        "import stepscope.cli, stepscope.analysis.merged_trace\n"
+        "import stepscope.cli.main, stepscope.analysis.reports.merged_trace\n"
         "from stepscope.analysis import summarize_rank\n"
         f"summarize_rank({str(GOOD)!r})\n"
         "status = open('/proc/self/status').read()\n"
@@ -217,7 +221,7 @@ def test_analyze_command_refuses_it(corpus, case, tmp_path):
 
 def test_limits_are_far_above_real_traces(shared_traces):
     """The public traces, read whole, stay far from every limit (so none trips on them)."""
-    from stepscope.analysis.trace_input import LimitedStream, decompressed
+    from stepscope.analysis.reading.trace_input import LimitedStream, decompressed
 
     for trace in sorted(shared_traces.glob("*.json.gz")):
         with trace.open("rb") as raw:

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from stepscope.analysis.timeline import IntervalStore, sum_by_window
+from stepscope.analysis.rank.timeline import IntervalStore, sum_by_window
 
 
 def test_segments_union_and_overlap_across_bins():

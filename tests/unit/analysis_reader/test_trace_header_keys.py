@@ -8,7 +8,7 @@ import json
 import pytest
 
 from stepscope.analysis import TraceReader
-from stepscope.analysis.reader import HEAD_BYTES
+from stepscope.analysis.reading.reader import HEAD_BYTES
 
 
 def _events(count: int) -> list[dict]:

@@ -14,8 +14,9 @@ import random
 
 import pytest
 
-from stepscope.analysis import TraceReadError, reader, summarize_rank
-from stepscope.analysis.trace_input import LimitedStream, LimitExceeded, loads_bounded
+from stepscope.analysis import TraceReadError, summarize_rank
+from stepscope.analysis.reading import reader
+from stepscope.analysis.reading.trace_input import LimitedStream, LimitExceeded, loads_bounded
 
 STRING_PIECES = ['"', "\\", "[", "]", "{", "}", "a", "é", "\n", "\\u0041", " "]
 

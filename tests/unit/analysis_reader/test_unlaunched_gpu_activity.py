@@ -13,7 +13,7 @@ import pytest
 from derived_traces import drop_launches, load, write
 
 from stepscope.analysis import summarize_rank
-from stepscope.analysis.launch_links import MAX_ID_BLOCKS, LaunchLinks
+from stepscope.analysis.reading.launch_links import MAX_ID_BLOCKS, LaunchLinks
 
 TRACE = "ddp-2rank-nccl-rank0.json.gz"
 

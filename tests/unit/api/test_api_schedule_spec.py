@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 from pydantic import ValidationError
-from stepscope_operator.scheduling import next_tick
+from stepscope_operator.schedules.scheduling import next_tick
 
 from stepscope.api import ProfileSchedule, ProfileScheduleSpec
 

@@ -3,7 +3,7 @@
 from datetime import UTC, datetime
 
 import pytest
-from stepscope_operator.artifact_access import EVENT_NAMES_SHOWN, bearer_token, describe_issued
+from stepscope_operator.access.artifacts import EVENT_NAMES_SHOWN, bearer_token, describe_issued
 from stepscope_operator.settings import SettingsError, load_settings
 
 from stepscope.artifact_links import MAX_LINK_SECONDS, MIN_LINK_SECONDS

@@ -3,7 +3,7 @@
 import pytest
 
 from stepscope.artifact_reader import OPERATOR_URL_ENV, TOKEN_ENV
-from stepscope.cli import main
+from stepscope.cli.main import main
 
 
 @pytest.fixture(autouse=True)

@@ -7,9 +7,9 @@ import pytest
 from chart_rendering import by_kind, helm_template_text, one, render
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from stepscope_operator.admission.webhook import ENV as WEBHOOK_ENV
+from stepscope_operator.admission.webhook import load_webhook_settings
 from stepscope_operator.settings import ENV as OPERATOR_ENV
-from stepscope_operator.webhook import ENV as WEBHOOK_ENV
-from stepscope_operator.webhook import load_webhook_settings
 
 # kopf's own variable: the operator's identity, read before any of ours.
 KOPF_POD_ID_ENV = "POD_ID"

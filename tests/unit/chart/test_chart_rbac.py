@@ -4,7 +4,7 @@
 import pytest
 from chart_rendering import NAMESPACE, by_kind, granted, render
 from stepscope_operator.permissions import REQUIRED_PERMISSIONS, required_grants
-from stepscope_operator.target_kinds import TARGET_KINDS
+from stepscope_operator.targets.kinds import TARGET_KINDS
 
 
 def split_by_scope(grants):

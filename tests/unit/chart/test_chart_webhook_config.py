@@ -7,8 +7,8 @@ import ipaddress
 import pytest
 from chart_rendering import NAMESPACE, by_kind, helm_template_text, one, render
 from cryptography import x509
-from stepscope_operator.injection import INJECT_LABEL
-from stepscope_operator.webhook import NAMESPACE_LABEL_WEBHOOK, POD_LABEL_WEBHOOK
+from stepscope_operator.admission.injection import INJECT_LABEL
+from stepscope_operator.admission.webhook import NAMESPACE_LABEL_WEBHOOK, POD_LABEL_WEBHOOK
 
 
 def tls_secret(objects):

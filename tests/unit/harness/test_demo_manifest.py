@@ -7,7 +7,7 @@ from pathlib import Path
 import yaml
 from stepscope_dev.demojob import AGENT_CONFIG_MAP
 from stepscope_dev.podrunner import STEPSCOPE_IMAGE_PATHS
-from stepscope_operator import agent_contract as contract
+from stepscope_operator.agents import contract
 
 DEMO = Path(__file__).resolve().parents[3] / "dev" / "demo"
 

@@ -17,7 +17,7 @@ from stepscope_dev.fleet_traces import (
 )
 
 from stepscope.analysis import summarize_rank
-from stepscope.analysis.merge import merge_ranks
+from stepscope.analysis.merging.merge import merge_ranks
 
 RANKS = 16
 PER_NODE = 4

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from stepscope_operator.target_kinds import base, jobset, pytorchjob, trainjob
+from stepscope_operator.targets.kinds import base, jobset, pytorchjob, trainjob
 
 NAMESPACE = "team-a"
 

@@ -16,17 +16,17 @@ from typing import Self
 import aiohttp
 import pytest
 from aiohttp import web
-from stepscope_operator.agent_client import AgentClient, AgentError
-from stepscope_operator.call_signing import AgentKeyring
+from stepscope_operator.agents.client import AgentClient, AgentError
+from stepscope_operator.agents.fanout import FanOut, RetryPolicy
+from stepscope_operator.agents.signing import AgentKeyring
 from stepscope_operator.context import PersistedPlan
-from stepscope_operator.fanout import FanOut, RetryPolicy
-from stepscope_operator.following import PodObservation, only_silent_pending, poll_captures
-from stepscope_operator.planning import WindowPlan
-from stepscope_operator.probing import probe_agents
-from stepscope_operator.session_arming import describe_unreachable
-from stepscope_operator.session_flow import observe
-from stepscope_operator.status import final_phase, judge_ranks, tally_ranks
-from stepscope_operator.targets import RankTarget
+from stepscope_operator.sessions.arming import describe_unreachable
+from stepscope_operator.sessions.flow import observe
+from stepscope_operator.sessions.following import PodObservation, only_silent_pending, poll_captures
+from stepscope_operator.sessions.planning import WindowPlan
+from stepscope_operator.sessions.probing import probe_agents
+from stepscope_operator.sessions.status import final_phase, judge_ranks, tally_ranks
+from stepscope_operator.targets.resolving import RankTarget
 from support import free_port
 
 from stepscope.api import agent as wire

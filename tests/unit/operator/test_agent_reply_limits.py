@@ -14,8 +14,8 @@ import time
 import aiohttp
 import pytest
 from aiohttp import web
-from stepscope_operator.agent_client import MAX_REPLY_BYTES, AgentClient, AgentError
-from stepscope_operator.call_signing import AgentKeyring
+from stepscope_operator.agents.client import MAX_REPLY_BYTES, AgentClient, AgentError
+from stepscope_operator.agents.signing import AgentKeyring
 from support import free_port
 
 from stepscope.api import agent as wire

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 
-from stepscope_operator.analysis_job import (
+from stepscope_operator.sessions.analysis_job import (
     analysis_job_name,
     build_analysis_job,
     build_analysis_plan,
@@ -14,7 +14,7 @@ from stepscope_operator.analysis_job import (
 )
 from stepscope_operator.settings import load_settings
 
-from stepscope.analysis.trace_selection import ChosenRank, MergeSelection
+from stepscope.analysis.reports.trace_selection import ChosenRank, MergeSelection
 from stepscope.api.agent import ArtifactGrant
 from stepscope.api.analysis_job import ANALYSIS_JOB_COMMAND, PLAN_URL_ENV
 

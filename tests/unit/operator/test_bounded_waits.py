@@ -14,9 +14,9 @@ from types import SimpleNamespace
 import pytest
 from kubernetes import client as k8s
 from stepscope_operator.kubeapi import KubeApi
-from stepscope_operator.session_flow import within_analysis_deadline
+from stepscope_operator.sessions.flow import within_analysis_deadline
+from stepscope_operator.sessions.status import ANALYZED
 from stepscope_operator.settings import SettingsError, load_settings
-from stepscope_operator.status import ANALYZED
 
 from stepscope.api.session_status import Phase, ProfileSessionStatus, Reason, StatusWindow
 

@@ -3,7 +3,7 @@ field, instead of stopping the session."""
 
 import asyncio
 
-from stepscope_operator.following import observe_pod
+from stepscope_operator.sessions.following import observe_pod
 
 from stepscope.api.agent import CaptureStatus
 

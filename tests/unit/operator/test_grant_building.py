@@ -3,15 +3,15 @@ import json
 from datetime import UTC, datetime, timedelta
 from urllib.parse import parse_qs, urlparse
 
-from stepscope_operator.buckets import connect_buckets
-from stepscope_operator.grants import (
+from stepscope_operator.settings import load_settings
+from stepscope_operator.storage.buckets import connect_buckets
+from stepscope_operator.storage.grants import (
     MAX_JSON_ARTIFACT_BYTES,
     MAX_PRESIGN_SECONDS,
     create_rank_grants,
     grant_lifetime,
     put_grant,
 )
-from stepscope_operator.settings import load_settings
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 

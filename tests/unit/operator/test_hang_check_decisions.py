@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from stepscope_operator.hang_diagnosis import diagnosis_from_verdict, request_id_for
-from stepscope_operator.hang_watch import progress_of
-from stepscope_operator.probing import Probe
-from stepscope_operator.queueing import active_sessions, blocking_session
-from stepscope_operator.status import phase_event, ready_condition
+from stepscope_operator.hang.diagnosis import diagnosis_from_verdict, request_id_for
+from stepscope_operator.hang.watch import progress_of
+from stepscope_operator.sessions.probing import Probe
+from stepscope_operator.sessions.queueing import active_sessions, blocking_session
+from stepscope_operator.sessions.status import phase_event, ready_condition
 
 from stepscope.api.agent import AgentStatus, RankStatus
 from stepscope.api.hang_status import MAX_HANG_RANKS, HangKind

@@ -62,9 +62,9 @@ def test_an_agent_call_that_fails_after_its_retries_is_counted_by_call():
 
 async def _refused_calls_are_counted():
     import aiohttp
-    from stepscope_operator.agent_client import AgentClient, AgentError
-    from stepscope_operator.call_signing import AgentKeyring
-    from stepscope_operator.fanout import FanOut, RetryPolicy
+    from stepscope_operator.agents.client import AgentClient, AgentError
+    from stepscope_operator.agents.fanout import FanOut, RetryPolicy
+    from stepscope_operator.agents.signing import AgentKeyring
     from support import free_port
 
     namespace = f"ns-{uuid.uuid4().hex[:6]}"

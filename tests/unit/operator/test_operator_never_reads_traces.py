@@ -32,13 +32,13 @@ def test_the_operator_imports_no_trace_reader(tmp_path):
     modules = (
         "stepscope_operator.main",
         "stepscope_operator.handlers",
-        "stepscope_operator.session_flow",
-        "stepscope_operator.rendering",
+        "stepscope_operator.sessions.flow",
+        "stepscope_operator.sessions.rendering",
     )
     assert _imports_under_audit(tmp_path, *modules) == []
 
 
 def test_the_audit_sees_a_trace_reader_imported(tmp_path):
-    found = _imports_under_audit(tmp_path, "stepscope.analysis.merged_trace")
-    assert "stepscope.analysis.merged_trace" in found
-    assert "stepscope.analysis.reader" in found
+    found = _imports_under_audit(tmp_path, "stepscope.analysis.reports.merged_trace")
+    assert "stepscope.analysis.reports.merged_trace" in found
+    assert "stepscope.analysis.reading.reader" in found

@@ -2,7 +2,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from stepscope_operator.call_signing import AgentKeyring
+from stepscope_operator.agents.signing import AgentKeyring
 from stepscope_operator.settings import (
     CONFIG_FILE_ENV,
     ENV,

@@ -3,8 +3,8 @@
 import re
 
 import pytest
-from stepscope_operator.planning import PlanningError, plan_window
-from stepscope_operator.status import final_phase, ready_condition
+from stepscope_operator.sessions.planning import PlanningError, plan_window
+from stepscope_operator.sessions.status import final_phase, ready_condition
 
 from stepscope.api.session import ProfileSessionSpec
 from stepscope.api.session_status import (

@@ -2,8 +2,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from stepscope_operator.planning import PlanningError, plan_window
-from stepscope_operator.probing import Probe
+from stepscope_operator.sessions.planning import PlanningError, plan_window
+from stepscope_operator.sessions.probing import Probe
 
 from stepscope.api.agent import AgentStatus
 

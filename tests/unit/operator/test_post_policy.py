@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 
 import boto3
 from botocore.config import Config
-from stepscope_operator.post_policy import (
+from stepscope_operator.storage.post_policy import (
     Credentials,
     PostPolicySigner,
     policy_signature,

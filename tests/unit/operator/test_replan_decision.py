@@ -2,14 +2,14 @@
 
 from datetime import UTC, datetime
 
-from stepscope_operator.planning import (
+from stepscope_operator.sessions.planning import (
     MIN_REPLAN_LEAD_SECONDS,
     LeadWindow,
     WindowPlan,
     decide_replan,
     plan_window,
 )
-from stepscope_operator.probing import Probe
+from stepscope_operator.sessions.probing import Probe
 
 from stepscope.api.agent import AgentStatus, CaptureFailure, FailureCode
 

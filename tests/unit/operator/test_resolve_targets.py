@@ -1,6 +1,6 @@
 import pytest
-from stepscope_operator.target_kinds import adapter_for
-from stepscope_operator.targets import (
+from stepscope_operator.targets.kinds import adapter_for
+from stepscope_operator.targets.resolving import (
     InvalidTarget,
     NoLivePods,
     RankTarget,

@@ -10,9 +10,11 @@ import pytest
 import urllib3.exceptions
 from botocore.exceptions import ClientError, EndpointConnectionError
 from kubernetes.client.exceptions import ApiException
-from stepscope_operator.budgets import bytes_per_rank, mark_over_budget, over_budget
 from stepscope_operator.errors import EXCEPTION_MESSAGE_MAX_LENGTH, describe_exception, is_transient
-from stepscope_operator.retention import (
+from stepscope_operator.sessions.status import RankOutcome
+from stepscope_operator.settings import OperatorSettings
+from stepscope_operator.storage.budgets import bytes_per_rank, mark_over_budget, over_budget
+from stepscope_operator.storage.retention import (
     CLEANUP_MAX_DELAY_SECONDS,
     cleanup_delay,
     final_artifacts,
@@ -20,8 +22,6 @@ from stepscope_operator.retention import (
     lifecycle_rule,
     min_lifecycle_age_days,
 )
-from stepscope_operator.settings import OperatorSettings
-from stepscope_operator.status import RankOutcome
 
 from stepscope.api.agent import FailureCode
 from stepscope.api.session import MAX_RETENTION

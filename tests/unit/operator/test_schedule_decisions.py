@@ -1,7 +1,7 @@
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from stepscope_operator.scheduling import (
+from stepscope_operator.schedules.scheduling import (
     MAX_MISSED_COUNTED,
     SCHEDULE_LABEL,
     ScheduleError,

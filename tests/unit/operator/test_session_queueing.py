@@ -1,4 +1,4 @@
-from stepscope_operator.queueing import active_sessions, blocking_session, target_key
+from stepscope_operator.sessions.queueing import active_sessions, blocking_session, target_key
 
 
 def session(name, created, phase=None, job="llama", namespace="a", uid=None, **target):

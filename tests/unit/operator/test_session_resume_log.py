@@ -9,10 +9,10 @@ import asyncio
 import logging
 from datetime import UTC, datetime
 
-from stepscope_operator import session_flow
 from stepscope_operator.context import PersistedPlan, SessionView, StatusWriter, resume_line
-from stepscope_operator.planning import WindowPlan
-from stepscope_operator.targets import RankTarget
+from stepscope_operator.sessions import flow as session_flow
+from stepscope_operator.sessions.planning import WindowPlan
+from stepscope_operator.targets.resolving import RankTarget
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 RECORD = PersistedPlan(

@@ -1,7 +1,7 @@
 from datetime import UTC, datetime, timedelta
 
-from stepscope_operator.following import PodObservation
-from stepscope_operator.status import (
+from stepscope_operator.sessions.following import PodObservation
+from stepscope_operator.sessions.status import (
     final_phase,
     judge_ranks,
     phase_event,
@@ -10,10 +10,10 @@ from stepscope_operator.status import (
     summary_from_job,
     tally_ranks,
 )
-from stepscope_operator.targets import RankTarget
+from stepscope_operator.targets.resolving import RankTarget
 
-from stepscope.analysis.job_model import Evidence, Finding, JobSummary, Placement, Straggler
-from stepscope.analysis.summary_model import Breakdown, RankSummary, StepRecord
+from stepscope.analysis.model.job_summary import Evidence, Finding, JobSummary, Placement, Straggler
+from stepscope.analysis.model.rank_summary import Breakdown, RankSummary, StepRecord
 from stepscope.api.agent import (
     CaptureFailure,
     CaptureStatus,

@@ -8,7 +8,7 @@ between-session spread real schedules see).
 import numpy as np
 import pytest
 
-from stepscope.analysis.step_comparison import (
+from stepscope.analysis.comparing.step_comparison import (
     ALPHA,
     MIN_BLOCKS,
     SessionSteps,

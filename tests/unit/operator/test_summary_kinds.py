@@ -3,7 +3,7 @@
 import pytest
 from pydantic import ValidationError
 
-from stepscope.analysis.summary_model import RankSummary
+from stepscope.analysis.model.rank_summary import RankSummary
 from stepscope.api.agent import (
     RankCaptureStatus,
     StepStatistics,

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from stepscope_operator.target_kinds import InvalidTarget, TargetKind, adapter_for, jobset
-from stepscope_operator.targets import resolve_targets
+from stepscope_operator.targets.kinds import InvalidTarget, TargetKind, adapter_for, jobset
+from stepscope_operator.targets.resolving import resolve_targets
 from target_pods import (
     jobset_object,
     jobset_pod,

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 from stepscope_operator.permissions import REQUIRED_PERMISSIONS
-from stepscope_operator.queueing import blocking_session, target_key
-from stepscope_operator.target_kinds import TARGET_KINDS, adapter_for
-from stepscope_operator.target_kinds.jobset import RESOURCE as JOBSET_RESOURCE
+from stepscope_operator.sessions.queueing import blocking_session, target_key
+from stepscope_operator.targets.kinds import TARGET_KINDS, adapter_for
+from stepscope_operator.targets.kinds.jobset import RESOURCE as JOBSET_RESOURCE
 
 from stepscope.api import TargetKind
 

@@ -5,13 +5,13 @@ import copy
 import jsonpatch
 from stepscope_dev.demojob import demo_job_manifest
 from stepscope_dev.realnode.demo_node import for_webhook_injection
-from stepscope_operator.agent_contract import AGENT_CONTAINER_NAME, SHARED_VOLUME_NAME
-from stepscope_operator.injection import (
+from stepscope_operator.admission.injection import (
     INJECT_LABEL,
     InjectionSettings,
     build_injection_patch,
     is_injected,
 )
+from stepscope_operator.agents.contract import AGENT_CONTAINER_NAME, SHARED_VOLUME_NAME
 
 SETTINGS = InjectionSettings(
     agent_image="localhost/stepscope-agent:dev",

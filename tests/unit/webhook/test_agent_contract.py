@@ -5,7 +5,7 @@ from pathlib import Path
 
 from stepscope_agent import settings as agent_settings
 from stepscope_agent import sidecar_settings
-from stepscope_operator import agent_contract as contract
+from stepscope_operator.agents import contract
 
 from stepscope.api import agent as agent_wire
 

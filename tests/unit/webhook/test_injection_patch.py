@@ -4,20 +4,20 @@ import copy
 
 import jsonpatch
 import pytest
-from stepscope_operator.agent_contract import (
+from stepscope_operator.admission.injection import (
+    INJECT_LABEL,
+    INJECTED_LABEL,
+    InjectionError,
+    InjectionSettings,
+    build_injection_patch,
+)
+from stepscope_operator.agents.contract import (
     AGENT_CONTAINER_NAME,
     ENV_STORAGE_ENDPOINT,
     ENV_TRUSTED_KEYS,
     HOOK_DIR,
     HOOK_INSTALL_CONTAINER_NAME,
     SHARED_VOLUME_NAME,
-)
-from stepscope_operator.injection import (
-    INJECT_LABEL,
-    INJECTED_LABEL,
-    InjectionError,
-    InjectionSettings,
-    build_injection_patch,
 )
 
 SETTINGS = InjectionSettings(

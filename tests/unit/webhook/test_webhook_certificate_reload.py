@@ -16,8 +16,8 @@ from pathlib import Path
 
 import kopf
 from stepscope_dev.pki import create_pki
-from stepscope_operator.webhook import WebhookSettings, webhook_server
-from stepscope_operator.webhook_tls import ServingCertificate
+from stepscope_operator.admission.tls import ServingCertificate
+from stepscope_operator.admission.webhook import WebhookSettings, webhook_server
 from support import free_port
 
 CHECK_SECONDS = 0.05

@@ -9,10 +9,9 @@ import jsonpatch
 import kopf
 import pytest
 from stepscope_dev.pki import create_pki
-from stepscope_operator.call_signing import AgentKeyring
-from stepscope_operator.injection import INJECT_LABEL
-from stepscope_operator.settings import ENV, OperatorSettings, SettingsError, load_settings
-from stepscope_operator.webhook import (
+from stepscope_operator.admission.injection import INJECT_LABEL
+from stepscope_operator.admission.tls import ServingCertificate
+from stepscope_operator.admission.webhook import (
     NAMESPACE_LABEL_WEBHOOK,
     POD_LABEL_WEBHOOK,
     WebhookSettings,
@@ -21,7 +20,8 @@ from stepscope_operator.webhook import (
     register_webhook,
     webhook_server,
 )
-from stepscope_operator.webhook_tls import ServingCertificate
+from stepscope_operator.agents.signing import AgentKeyring
+from stepscope_operator.settings import ENV, OperatorSettings, SettingsError, load_settings
 
 WEBHOOK = WebhookSettings(tls_dir="/tls", agent_image="agent:1")
 LOGGER = logging.getLogger("test")

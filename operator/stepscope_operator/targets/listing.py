@@ -1,0 +1,21 @@
+"""The target's ranks as the API server shows them now: its live pods, and its job object
+when the kind has one, resolved by the pure `targets.resolve_targets`. Shared by the
+profiling flow and the hang watch."""
+
+from __future__ import annotations
+
+from stepscope_operator.context import OperatorContext, SessionView
+from stepscope_operator.targets.resolving import RankTarget, resolve_targets
+
+
+async def list_targets(
+    ctx: OperatorContext, view: SessionView, ranks: str | None = None
+) -> list[RankTarget]:
+    """Every rank of the session's target; `ranks` (spec.target.ranks when None) marks which
+    take a full trace."""
+    adapter = view.target_adapter
+    pods = await ctx.kube.list_pods(view.namespace, adapter.pod_selector(view.target_ref))
+    job = None
+    if adapter.resource is not None:
+        job = await ctx.kube.get_job(adapter.resource, view.namespace, view.target_ref)
+    return resolve_targets(adapter.kind, ranks or view.spec.target.ranks, pods, job)

@@ -1,0 +1,129 @@
+"""Which pods and ranks a session profiles (DESIGN §3).
+
+`resolve_targets` maps the live pods of a target to global ranks, asking the target
+kind's adapter (``stepscope_operator.targets.kinds``) for each pod's node rank, and marks
+which ranks take a full trace (`spec.target.ranks`); every rank still reports step
+timings. It is pure: the caller lists the pods (with the adapter's `pod_selector`), reads
+the job object when the kind has one, and passes both in as dicts.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from stepscope.api.rules import parse_rank_list
+from stepscope_operator.targets.kinds import (
+    InvalidTarget,
+    NoLivePods,
+    TargetError,
+    TargetKind,
+    adapter_for,
+)
+
+__all__ = [
+    "InvalidTarget",
+    "NoLivePods",
+    "RankTarget",
+    "TargetError",
+    "TargetKind",
+    "group_by_pod",
+    "resolve_targets",
+    "select_trace_ranks",
+]
+
+_FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+class RankTarget(BaseModel):
+    """One global rank of the job and where it runs."""
+
+    rank: int = Field(ge=0)
+    pod: str
+    namespace: str
+    node: str | None = None
+    pod_ip: str | None = None
+    local_rank: int = 0
+    trace: bool = Field(True, description="Takes a full profiler trace (else step timings only).")
+
+
+def resolve_targets(
+    kind: TargetKind | str,
+    ranks: str,
+    pods: Iterable[Mapping[str, Any]],
+    job: Mapping[str, Any] | None = None,
+) -> list[RankTarget]:
+    """Map live pods to ranks (sorted by rank) and apply the `spec.target.ranks` selection.
+    `job` is the target's own object (JobSet ranks depend on its shape), when there is one."""
+    live = sorted((p for p in pods if _is_live(p)), key=lambda p: p["metadata"]["name"])
+    if not live:
+        raise NoLivePods(
+            "no running or pending pods belong to the target; start the job (or fix "
+            "spec.target) before profiling it"
+        )
+    by_rank: dict[int, RankTarget] = {}
+    created: dict[int, str] = {}
+    for pod, (node_rank, nproc) in zip(live, adapter_for(kind).pod_ranks(live, job), strict=True):
+        for local_rank in range(nproc):
+            rank = node_rank * nproc + local_rank
+            stamp = pod["metadata"].get("creationTimestamp") or ""
+            # A pod re-created for the same rank replaces its predecessor: the newest one runs.
+            if rank in by_rank and created[rank] >= stamp:
+                continue
+            created[rank] = stamp
+            by_rank[rank] = RankTarget(
+                rank=rank,
+                pod=pod["metadata"]["name"],
+                namespace=pod["metadata"].get("namespace", ""),
+                node=pod.get("spec", {}).get("nodeName"),
+                pod_ip=pod.get("status", {}).get("podIP"),
+                local_rank=local_rank,
+            )
+    targets = [by_rank[r] for r in sorted(by_rank)]
+    traced = select_trace_ranks(ranks, targets)
+    return [t.model_copy(update={"trace": t.rank in traced}) for t in targets]
+
+
+def select_trace_ranks(ranks: str, targets: list[RankTarget]) -> set[int]:
+    """Ranks that take a full trace: all, an explicit list ("0,3,7" or "0-3"), or one per node."""
+    spec = (ranks or "all").strip()
+    known = {t.rank for t in targets}
+    if spec == "all":
+        return known
+    if spec == "one-per-node":
+        first_on_node: dict[str, int] = {}
+        for target in targets:  # sorted by rank, so the lowest rank on each node wins
+            first_on_node.setdefault(target.node or f"pod:{target.pod}", target.rank)
+        return set(first_on_node.values())
+    chosen = _parse_rank_list(spec)
+    unknown = sorted(chosen - known)
+    if unknown:
+        raise InvalidTarget(
+            f"spec.target.ranks asks for rank(s) {unknown} but the target has ranks "
+            f"0..{max(known)} ({len(known)} found); pick ranks that exist"
+        )
+    return chosen
+
+
+def group_by_pod(targets: Iterable[RankTarget]) -> dict[str, list[RankTarget]]:
+    """Targets per pod, in rank order: one agent serves every rank of its pod."""
+    grouped: dict[str, list[RankTarget]] = defaultdict(list)
+    for target in sorted(targets, key=lambda t: t.rank):
+        grouped[target.pod].append(target)
+    return dict(grouped)
+
+
+def _parse_rank_list(spec: str) -> set[int]:
+    try:
+        return parse_rank_list(spec, "spec.target.ranks")
+    except ValueError as exc:
+        raise InvalidTarget(str(exc)) from None
+
+
+def _is_live(pod: Mapping[str, Any]) -> bool:
+    if pod.get("metadata", {}).get("deletionTimestamp"):
+        return False
+    return pod.get("status", {}).get("phase") not in _FINISHED_PHASES

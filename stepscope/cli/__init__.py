@@ -1,0 +1,1 @@
+"""The `stepscope` command: `analyze`, `diff`, `artifacts`, and plugins such as `dev`."""
