@@ -11,11 +11,11 @@ VENV_STAMP := $(VENV)/.stepscope-installed
 
 venv: $(VENV_STAMP)
 
-$(VENV_STAMP): pyproject.toml
+$(VENV_STAMP): pyproject.toml dev/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	# pip 23.2 backtracks for many minutes on boto3 + kubernetes; a current pip resolves at once.
 	$(PY) -m pip install --quiet --upgrade "pip==26.3" "setuptools==84.2.1" wheel
-	$(PY) -m pip install --quiet -e '.[operator,agent,dev]'
+	$(PY) -m pip install --quiet -e '.[operator,agent,dev]' -e ./dev
 	touch $(VENV_STAMP)
 
 binaries: venv
@@ -69,3 +69,4 @@ lint: venv
 	$(VENV)/bin/ruff check stepscope operator agent_image dev tests bench
 	$(VENV)/bin/ruff format --check stepscope operator agent_image dev tests bench
 	$(PY) -m stepscope.api.crdgen --check
+	$(VENV)/bin/lint-imports

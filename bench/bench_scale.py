@@ -60,7 +60,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from stepscope_dev.agent_fleet import AgentFleet, node_manifest, pod_manifest, running_status
 from stepscope_dev.build import ensure_binaries
 from stepscope_dev.cluster import start_cluster, stop_cluster
-from stepscope_dev.fleet_traces import RECORDED_STEPS, TRACE_SOURCES, Lateness
+from stepscope_dev.fleet_gpu_traces import TRACE_SOURCES
+from stepscope_dev.fleet_traces import RECORDED_STEPS, Lateness
 from stepscope_dev.net import free_port
 from stepscope_dev.operator_process import REPO_ROOT, OperatorProcess, operator_env
 from stepscope_dev.podrunner import start_podrunner

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from stepscope_dev.fleet_traces import SHARED_TRACES_ENV, shared_gpu_traces
+from stepscope_dev.fleet_gpu_traces import SHARED_TRACES_ENV, shared_gpu_traces
 
 
 @pytest.fixture(scope="session")

@@ -48,7 +48,8 @@ from stepscope_agent.sidecar_settings import SidecarSettings
 from stepscope_agent.stepping import StepCounter, StepRecord
 
 from stepscope.failures import FailureCode
-from stepscope_dev.fleet_traces import Lateness, recorded_traces
+from stepscope_dev.fleet_gpu_traces import recorded_traces
+from stepscope_dev.fleet_traces import Lateness
 
 log = logging.getLogger(__name__)
 

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from stepscope_dev import pki as pki_module
 from stepscope_dev.admission import write_admission_config
+from stepscope_dev.kubeconfig import write_kubeconfig
 from stepscope_dev.net import free_port
 from stepscope_dev.processes import pid_alive, start_process, stop_pid
 
@@ -136,38 +137,6 @@ class LocalCluster:
     @property
     def service_cidr(self) -> str:
         return self.real_node.get("service_range") or SERVICE_CIDR
-
-
-def _write_kubeconfig(path: Path, server: str, ca: Path, cert: Path, key: Path, user: str) -> None:
-    path.write_text(
-        json.dumps(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "current-context": "stepscope-local",
-                "clusters": [
-                    {
-                        "name": "stepscope-local",
-                        "cluster": {"server": server, "certificate-authority": str(ca)},
-                    }
-                ],
-                "users": [
-                    {
-                        "name": user,
-                        "user": {"client-certificate": str(cert), "client-key": str(key)},
-                    }
-                ],
-                "contexts": [
-                    {
-                        "name": "stepscope-local",
-                        "context": {"cluster": "stepscope-local", "user": user},
-                    }
-                ],
-            },
-            indent=2,
-        )
-    )
-    path.chmod(0o600)
 
 
 def _kubernetes_service_flags(cluster: LocalCluster) -> list[str]:
@@ -284,7 +253,7 @@ def _start_controller_manager(
     cluster: LocalCluster, keys: pki_module.Pki, die_with_parent: bool, real_node: bool = False
 ) -> None:
     kubeconfig = cluster.root / "controller-manager.kubeconfig"
-    _write_kubeconfig(
+    write_kubeconfig(
         kubeconfig,
         cluster.api_url,
         keys.ca_cert,
@@ -405,7 +374,7 @@ def start_cluster(
 
             server_ips = (prepare_real_node(cluster),)
         keys = pki_module.create_pki(root / "pki", extra_server_ips=server_ips)
-        _write_kubeconfig(
+        write_kubeconfig(
             cluster.kubeconfig,
             cluster.api_url,
             keys.ca_cert,

@@ -3,7 +3,7 @@
 Starts the local control plane and S3, then the platform: by default (``--node real``) a real
 node (containerd, runc, kubelet, cluster DNS) with images built from our Dockerfiles, the Kubeflow
 training operator, and the stepscope operator from its image through charts/stepscope, whose
-webhook injects the agents (``realnode.demo_node``); with ``--node process`` the pod runner and
+webhook injects the agents (``demo_node``); with ``--node process`` the pod runner and
 the operator as local processes instead. Submits the 4-rank CPU PyTorchJob of dev/demo/; applies
 crds/examples/profilesession.yaml; follows the session's phases and Events as they happen;
 then prints `kubectl get` and `kubectl describe`, writes the describe output to
@@ -125,7 +125,7 @@ def _start_process_platform(cluster: LocalCluster, with_trainer: bool) -> dict:
 
 
 def _start_real_platform(cluster: LocalCluster) -> dict:
-    from stepscope_dev.realnode.demo_node import real_node_job, start_demo_node
+    from stepscope_dev.demo_node import real_node_job, start_demo_node
 
     # The chart installs the CRDs: helm owns them, as on a cluster.
     demo_node = start_demo_node(cluster, say)

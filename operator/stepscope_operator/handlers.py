@@ -20,15 +20,18 @@ import aiohttp
 import kopf
 from botocore.exceptions import BotoCoreError, ClientError
 
+from stepscope.api.phases import Reason
 from stepscope.api.session import GROUP, VERSION
-from stepscope.api.session_status import Reason
-from stepscope_operator.context import OperatorContext, SessionView, StatusWriter
+from stepscope_operator.context import OperatorContext
 from stepscope_operator.errors import describe_exception
 from stepscope_operator.kubeapi import KubeApi, load_api_client
 from stepscope_operator.metrics import serve_metrics
 from stepscope_operator.schedules.flow import reconcile_schedule
-from stepscope_operator.sessions.flow import cleanup_session, run_session
+from stepscope_operator.session_modes import run_session
+from stepscope_operator.sessions.flow import cleanup_session
 from stepscope_operator.sessions.status import is_final, set_condition
+from stepscope_operator.sessions.status_writer import StatusWriter
+from stepscope_operator.sessions.view import SessionView
 from stepscope_operator.settings import load_settings
 from stepscope_operator.storage.buckets import connect_buckets
 from stepscope_operator.storage.retention import (

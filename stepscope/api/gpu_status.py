@@ -4,7 +4,7 @@ Status must stay small at 1024 ranks, so this is the job in aggregate (mean SM
 utilisation, the fullest device's memory against its size, power against its limit), the
 ranks whose GPUs were throttled as rank ranges, and at most ``MAX_GPU_OUTLIERS`` ranks
 whose counters sit apart from the others (the rule is in
-``stepscope/analysis/merging/counter_overview.py``). The per-rank lines are in summary.json and the
+``stepscope/analysis/model/counter_overview.py``). The per-rank lines are in summary.json and the
 report.
 """
 
@@ -14,10 +14,10 @@ from typing import Literal
 
 from pydantic import Field
 
-from stepscope.analysis.merging.counter_overview import MAX_OUTLIERS, CounterOverview
+from stepscope.analysis.model.counter_overview import MAX_OUTLIERS, CounterOverview
 from stepscope.api.base import ApiModel
-from stepscope.api.rank_ranges import rank_ranges
 from stepscope.api.text import BoundedText
+from stepscope.rank_ranges import rank_ranges
 
 MAX_GPU_OUTLIERS = MAX_OUTLIERS
 THROTTLED_RANKS_MAX_LENGTH = 256

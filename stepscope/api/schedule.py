@@ -16,6 +16,7 @@ from pydantic import Field, StrictBool, StrictFloat, StrictInt, StrictStr
 
 from stepscope.api.base import ApiModel
 from stepscope.api.meta import MAX_CONDITIONS, Condition
+from stepscope.api.phases import Phase
 from stepscope.api.rules import (
     CRON_MAX_LENGTH,
     CRON_PATTERN,
@@ -26,7 +27,7 @@ from stepscope.api.rules import (
     matches,
 )
 from stepscope.api.session import API_VERSION, ProfileSessionSpec
-from stepscope.api.session_status import POD_NAME_MAX_LENGTH, TARGET_MAX_LENGTH, Phase, Verdict
+from stepscope.api.session_status import POD_NAME_MAX_LENGTH, TARGET_MAX_LENGTH, Verdict
 from stepscope.api.text import BoundedText
 
 MAX_HISTORY_LIMIT = 100

@@ -98,7 +98,7 @@ def load_job(spec: str, work_dir: Path) -> JobSummary:
         if not path.exists():
             raise DiffInputError(f"{spec}: no such file or folder")
     # Imported here: the CLI module imports this one for its sub-command.
-    from stepscope.cli.main import analyze
+    from stepscope.cli.analyze import analyze
 
     results = analyze(spec, work_dir)
     if len(results) != 1:

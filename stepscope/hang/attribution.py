@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 
 from stepscope.api.hang_dump import Collective, RankDump
 from stepscope.api.hang_status import HangKind
-from stepscope.api.rank_ranges import rank_ranges
 from stepscope.hang.stacks import most_common, stuck_at, waiting_in
+from stepscope.rank_ranges import rank_ranges
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,8 @@ import json
 from typing import Any
 
 import yaml
+from stepscope_dev.demo_node import real_node_job
 from stepscope_dev.demojob import job_pods_running, submit_demo_job
-from stepscope_dev.realnode.demo_node import real_node_job
 from stepscope_dev.realnode.operator_release import describe_pods
 
 from support import wait_until

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from stepscope_dev import versions
+from stepscope_dev.kubeconfig import write_kubeconfig
 from stepscope_dev.net import free_port
 from stepscope_dev.processes import pid_alive, start_process
 
@@ -118,13 +119,12 @@ def start_cluster_dns(cluster: Any, node_dir: Path, address: str, *, die_with_pa
     returns its PID once its ``kubernetes`` plugin has synced with the API server. The PID is in
     the cluster's ``pids`` from the start, so a failed start is stopped with the node."""
     from stepscope_dev import pki
-    from stepscope_dev.cluster import _write_kubeconfig
 
     directory = dns_dir(node_dir)
     pki_dir = Path(cluster.root) / "pki"
     pki.issue_signed_cert(pki_dir, directory / "client.crt", directory / "client.key", IDENTITY)
     kubeconfig = directory / "kubeconfig"
-    _write_kubeconfig(
+    write_kubeconfig(
         kubeconfig,
         cluster.api_url,
         pki_dir / "ca.crt",

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from stepscope_dev.kubeconfig import write_kubeconfig
 from stepscope_dev.processes import pid_alive, stop_pid
 from stepscope_dev.realnode import bridge_relay, cluster_dns, containerd, kubelet, network
 from stepscope_dev.realnode.images import NodeImages, build_node_images
@@ -146,7 +147,6 @@ def start_real_node(cluster: Any, *, die_with_parent: bool = False) -> RealNode:
     """Bring up the real node for ``cluster`` (whose bin_dir holds kubelet and kube-scheduler),
     started by ``start_cluster(..., real_node=True)``."""
     from stepscope_dev import pki as pki_module
-    from stepscope_dev.cluster import _write_kubeconfig
 
     if not (getattr(cluster, "real_node", None) or {}).get("bridge"):
         raise ValueError(
@@ -189,7 +189,7 @@ def start_real_node(cluster: Any, *, die_with_parent: bool = False) -> RealNode:
             scheduler_dir / "client.key",
             "system:kube-scheduler",
         )
-        _write_kubeconfig(
+        write_kubeconfig(
             scheduler_dir / "kubeconfig",
             cluster.api_url,
             pki_dir / "ca.crt",
@@ -210,7 +210,7 @@ def start_real_node(cluster: Any, *, die_with_parent: bool = False) -> RealNode:
 
         _bind_node_role(cluster, node_name)
         kubelet.write_identity(kubelet_paths, pki_dir, node_name, address)
-        _write_kubeconfig(
+        write_kubeconfig(
             kubelet_paths.kubeconfig,
             cluster.api_url,
             pki_dir / "ca.crt",

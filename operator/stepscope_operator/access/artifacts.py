@@ -28,7 +28,7 @@ import kopf
 from aiohttp import web
 from kubernetes.client.exceptions import ApiException
 
-from stepscope.api.session_status import Reason
+from stepscope.api.phases import Reason
 from stepscope.artifact_links import (
     AccessError,
     ArtifactLink,

@@ -15,13 +15,15 @@ from datetime import timedelta
 from typing import Any
 
 from stepscope.api.hang_status import HangCheckSpec
-from stepscope.api.session_status import Phase, Reason
+from stepscope.api.phases import Phase, Reason
 from stepscope.hang.detection import RankProgress, StallJudgement, judge_progress
-from stepscope_operator.context import OperatorContext, SessionView, StatusWriter
+from stepscope_operator.context import OperatorContext
 from stepscope_operator.hang.diagnosis import diagnose, request_id_for
 from stepscope_operator.sessions.probing import Probe, probe_agents
 from stepscope_operator.sessions.status import TARGET_RESOLVED
-from stepscope_operator.targets.listing import list_targets
+from stepscope_operator.sessions.status_writer import StatusWriter
+from stepscope_operator.sessions.target_listing import list_targets
+from stepscope_operator.sessions.view import SessionView
 from stepscope_operator.targets.resolving import InvalidTarget, NoLivePods, RankTarget
 
 

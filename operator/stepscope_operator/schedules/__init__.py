@@ -1,5 +1,5 @@
-"""ProfileSchedule: periodic baseline sessions, the baselines they keep, and regressions.
+"""ProfileSchedule: periodic baseline sessions, the rolling baseline, and regressions.
 
-May import `sessions` (a schedule creates sessions and reads their summaries), `storage`,
-the API models and the core's pure comparison; nothing imports it but the handlers.
+May import `sessions` (a schedule creates sessions, and judges them with `sessions.baselines`),
+`storage` and the API models; nothing imports it but the handlers.
 """

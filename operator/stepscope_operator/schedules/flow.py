@@ -7,6 +7,7 @@ import statistics
 from datetime import datetime
 from typing import Any
 
+from stepscope.api.phases import Reason
 from stepscope.api.schedule import (
     MAX_ACTIVE_LISTED,
     BaselineSummary,
@@ -15,11 +16,8 @@ from stepscope.api.schedule import (
     ScheduledRun,
 )
 from stepscope.api.session import describe_target
-from stepscope.api.session_status import Reason
 from stepscope_operator.context import OperatorContext
 from stepscope_operator.metrics import LAST_STEP_TIME_DELTA, REGRESSIONS, VERDICTS
-from stepscope_operator.schedules.baselines import DEFAULT_BASELINE_SESSIONS, judge_session
-from stepscope_operator.schedules.comparing import MIN_BASELINE_SESSIONS, Comparison, noise_band_pct
 from stepscope_operator.schedules.scheduling import (
     MAX_MISSED_COUNTED,
     SCHEDULE_LABEL,
@@ -34,6 +32,8 @@ from stepscope_operator.schedules.scheduling import (
     split_sessions,
 )
 from stepscope_operator.schedules.status import REGRESSED, ScheduleStatusWriter
+from stepscope_operator.sessions.baselines import DEFAULT_BASELINE_SESSIONS, judge_session
+from stepscope_operator.sessions.comparing import MIN_BASELINE_SESSIONS, Comparison, noise_band_pct
 
 
 def _parse_time(text: str | None) -> datetime | None:

@@ -24,6 +24,7 @@ from croniter import croniter
 from stepscope.api.rules import parse_duration
 from stepscope.api.schedule import ConcurrencyPolicy, ProfileScheduleSpec
 from stepscope.api.session import API_VERSION
+from stepscope_operator.sessions.baselines import is_regression
 from stepscope_operator.sessions.status import is_final
 
 SCHEDULE_LABEL = "stepscope.dev/schedule"
@@ -184,13 +185,6 @@ def split_sessions(
     active = [s for s in ordered if not is_final(_phase(s))]
     finished = [s for s in ordered if is_final(_phase(s))]
     return active, finished[:history_limit], finished[history_limit:]
-
-
-def is_regression(session: dict[str, Any]) -> bool:
-    """Whether the session was judged a regression: it is kept in the history but is no
-    baseline, or one slow session would widen the noise band and hide the next ones."""
-    comparison = (session.get("status") or {}).get("baselineComparison") or {}
-    return comparison.get("verdict") == "regression"
 
 
 def p50_of(session: dict[str, Any]) -> float | None:

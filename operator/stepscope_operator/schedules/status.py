@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from stepscope.api.phases import Reason
 from stepscope.api.schedule import ProfileScheduleStatus
-from stepscope.api.session_status import Reason
 from stepscope_operator.context import OperatorContext
 from stepscope_operator.sessions.status import READY, set_condition
 

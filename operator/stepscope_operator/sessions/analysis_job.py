@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from stepscope.analysis.reports.trace_selection import MergeSelection
+from stepscope.analysis.merging.trace_selection import MergeSelection
 from stepscope.api.agent import ArtifactGrant
 from stepscope.api.analysis_job import (
     ANALYSIS_JOB_COMMAND,

@@ -12,15 +12,10 @@ import asyncio
 import time
 from typing import Any
 
-from stepscope.api.rank_ranges import pod_ranges
-from stepscope.api.session_status import Phase, RanksStatus, Reason, StatusWindow
-from stepscope_operator.context import (
-    OperatorContext,
-    PersistedPlan,
-    SessionView,
-    StatusWriter,
-    save_plan,
-)
+from stepscope.api.phases import Phase, Reason
+from stepscope.api.session_status import RanksStatus, StatusWindow
+from stepscope.rank_ranges import pod_ranges
+from stepscope_operator.context import OperatorContext
 from stepscope_operator.metrics import ARM_DURATION
 from stepscope_operator.sessions.following import PodObservation
 from stepscope_operator.sessions.planning import (
@@ -33,6 +28,8 @@ from stepscope_operator.sessions.planning import (
 from stepscope_operator.sessions.pod_arming import arm_pod, cancel_captures, capture_id_for
 from stepscope_operator.sessions.probing import probe_agents
 from stepscope_operator.sessions.status import ARMED, CAPTURED, judge_ranks, tally_ranks
+from stepscope_operator.sessions.status_writer import StatusWriter
+from stepscope_operator.sessions.view import PersistedPlan, SessionView, save_plan
 from stepscope_operator.targets.resolving import group_by_pod
 
 

@@ -13,36 +13,28 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from datetime import timedelta
 from typing import Any
 
 from pydantic import ValidationError
 
 from stepscope.analysis.merging.merge import MergeError
-from stepscope.api.hang_status import SessionMode
-from stepscope.api.session_status import Phase, Reason, StatusWindow
-from stepscope_operator.context import (
-    OperatorContext,
-    PersistedPlan,
-    SessionView,
-    StatusWriter,
-    load_plan,
-    resume_line,
-    save_plan,
-)
+from stepscope.api.phases import Phase, Reason
+from stepscope.api.session_status import StatusWindow
+from stepscope_operator.context import OperatorContext
 from stepscope_operator.errors import describe_exception, is_transient
-from stepscope_operator.hang.watch import run_hang_check
 from stepscope_operator.metrics import PROBE_DURATION
-from stepscope_operator.schedules.baselines import compare_with_baseline
-from stepscope_operator.schedules.comparing import status_record
 from stepscope_operator.sessions.arming import MISSED_NOTHING, arm_record, replan_missed_window
+from stepscope_operator.sessions.baselines import compare_with_baseline
+from stepscope_operator.sessions.budgets import enforce_rank_budgets
 from stepscope_operator.sessions.collecting import (
     gather_summaries,
     merge_job,
     publish_artifacts,
     write_job_summary,
 )
+from stepscope_operator.sessions.comparing import status_record
 from stepscope_operator.sessions.following import (
     PodObservation,
     any_capturing,
@@ -66,28 +58,42 @@ from stepscope_operator.sessions.status import (
     tally_ranks,
     verdict_line,
 )
+from stepscope_operator.sessions.status_writer import StatusWriter
+from stepscope_operator.sessions.target_listing import list_targets
+from stepscope_operator.sessions.view import (
+    PersistedPlan,
+    SessionView,
+    load_plan,
+    resume_line,
+    save_plan,
+)
 from stepscope_operator.settings import session_retention
-from stepscope_operator.storage.budgets import enforce_rank_budgets
 from stepscope_operator.storage.retention import (
     PendingDelete,
     grants_expire_at,
     record_pending_delete,
 )
-from stepscope_operator.targets.listing import list_targets
 from stepscope_operator.targets.resolving import InvalidTarget, NoLivePods
 
 log = logging.getLogger(__name__)
 
+# How one session is driven once parsed: `drive_session` profiles; `session_modes` picks
+# another (the hang check) by the session's mode, from above this package.
+Drive = Callable[[OperatorContext, SessionView, StatusWriter, Any], Awaitable[None]]
 
-async def run_session(ctx: OperatorContext, body: dict[str, Any], stopped: Any) -> None:
-    """Drive the session until it reaches a final phase or the operator stops it.
+
+async def run_session(
+    ctx: OperatorContext, body: dict[str, Any], stopped: Any, drive: Drive | None = None
+) -> None:
+    """Drive the session (with `drive`, by default profiling) until it reaches a final phase or
+    the operator stops it.
 
     An error no phase expects ends the session Failed, naming the phase and the error;
     only a transient one (errors.is_transient) propagates, for kopf to retry."""
     view = SessionView.from_body(body)
     writer = StatusWriter(ctx, view)
     try:
-        await drive_session(ctx, view, writer, stopped)
+        await (drive or drive_session)(ctx, view, writer, stopped)
     except Exception as exc:
         if is_transient(exc):
             raise
@@ -101,9 +107,6 @@ async def drive_session(
     ctx: OperatorContext, view: SessionView, writer: StatusWriter, stopped: Any
 ) -> None:
     if is_final(writer.phase):
-        return
-    if view.spec.mode == SessionMode.HANG_CHECK:
-        await run_hang_check(ctx, view, writer, stopped)
         return
     if writer.phase == Phase.PENDING and not await wait_for_turn(ctx, view, writer, stopped):
         return

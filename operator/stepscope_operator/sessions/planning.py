@@ -17,7 +17,7 @@ from typing import Protocol
 from pydantic import BaseModel
 
 from stepscope.api.agent import MISSED_START, CaptureFailure
-from stepscope.api.session_status import Reason
+from stepscope.api.phases import Reason
 from stepscope_operator.sessions.probing import Probe
 
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 
-from stepscope.api.session_status import Reason
-from stepscope_operator.context import OperatorContext, SessionView, StatusWriter
+from stepscope.api.phases import Reason
+from stepscope_operator.context import OperatorContext
+from stepscope_operator.sessions.status_writer import StatusWriter
+from stepscope_operator.sessions.view import SessionView
 from stepscope_operator.storage.retention import namespace_prefix
 
 

@@ -21,11 +21,11 @@ from datetime import datetime, timedelta
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
+from stepscope.analysis.merging.trace_selection import MergeSelection, select_merge_ranks
 from stepscope.analysis.model.job_summary import JobSummary
 from stepscope.analysis.reading.trace_input import loads_bounded
-from stepscope.analysis.reports.trace_selection import MergeSelection, select_merge_ranks
 from stepscope.api.analysis_job import MAX_RESULT_BYTES, MAX_RESULT_NOTES, AnalysisResult
-from stepscope.api.session_status import Reason
+from stepscope.api.phases import Reason
 from stepscope.storage import RankArtifact, SessionArtifact, rank_key, s3_uri, session_key
 from stepscope_operator.kubeapi import KubeApi
 from stepscope_operator.sessions.analysis_job import (

@@ -19,17 +19,16 @@ from stepscope.analysis.rank.step_timings import is_step_timings
 from stepscope.api.agent import CaptureFailure, CaptureState, CaptureSummary, RankCaptureStatus
 from stepscope.api.gpu_status import gpu_counters_status
 from stepscope.api.meta import CONDITION_MESSAGE_MAX_LENGTH, Condition
+from stepscope.api.phases import Phase, Reason
 from stepscope.api.session_status import (
     FINDING_TEXT_MAX_LENGTH,
     MAX_FINDINGS,
     TERMINAL_PHASES,
     Breakdown,
     Finding,
-    Phase,
     RankFailure,
     RankRef,
     RanksStatus,
-    Reason,
     StepTime,
     Straggler,
     Summary,

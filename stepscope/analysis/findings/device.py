@@ -25,7 +25,7 @@ from stepscope.analysis.findings.scale import (
     severity_for,
     typical_ms,
 )
-from stepscope.analysis.merging.counter_overview import CounterOverview
+from stepscope.analysis.model.counter_overview import CounterOverview
 from stepscope.analysis.model.job_summary import Evidence, Finding, JobSummary, Severity
 
 NEAR_CAPACITY_PCT = 90.0

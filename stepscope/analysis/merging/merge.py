@@ -36,8 +36,8 @@ from collections import Counter
 
 from stepscope.analysis.findings.detecting import diagnose
 from stepscope.analysis.merging.alignment import align_ranks, arrival_lags, collective_timings
-from stepscope.analysis.merging.counter_overview import counter_overview
 from stepscope.analysis.merging.lateness import LATE_MAX_P, GroupTest
+from stepscope.analysis.model.counter_overview import counter_overview
 from stepscope.analysis.model.job_summary import (
     JobSummary,
     LateGroup,

@@ -12,7 +12,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from stepscope.analysis.merging.counter_overview import CounterOverview
+from stepscope.analysis.model.counter_overview import CounterOverview
 from stepscope.analysis.model.rank_summary import Breakdown, RankSummary
 
 

@@ -16,9 +16,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
+from stepscope.analysis.merging.trace_selection import ROOM_IN_BUDGET, rank_step_ms, wanted_ranks
 from stepscope.analysis.model.job_summary import JobSummary
 from stepscope.analysis.reports.rank_track import step_arrival_lags
-from stepscope.analysis.reports.trace_selection import ROOM_IN_BUDGET, rank_step_ms, wanted_ranks
 
 SMALL_JOB_RANKS = 16
 """Up to this many ranks the report keeps one bar, line and table row per rank."""

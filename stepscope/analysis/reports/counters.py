@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from html import escape
 
-from stepscope.analysis.merging.counter_overview import CounterOverview, RankCounters
+from stepscope.analysis.model.counter_overview import CounterOverview, RankCounters
 from stepscope.analysis.model.job_summary import JobSummary
 from stepscope.analysis.reports.plots import FONT
 

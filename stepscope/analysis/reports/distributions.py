@@ -18,7 +18,7 @@ from html import escape
 from stepscope.analysis.reports.context import ReportContext
 from stepscope.analysis.reports.heatmaps import mark_label, reason_color
 from stepscope.analysis.reports.plots import CATEGORY_COLORS, CATEGORY_LABELS, FONT, nice_max
-from stepscope.api.rank_ranges import rank_ranges
+from stepscope.rank_ranges import rank_ranges
 
 HISTOGRAM_BINS = 32
 QUANTILES = (("min", 0.0), ("p5", 0.05), ("p25", 0.25), ("median", 0.5), ("p75", 0.75),

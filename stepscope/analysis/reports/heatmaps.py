@@ -20,9 +20,9 @@ import statistics
 from collections.abc import Mapping, Sequence
 from html import escape
 
+from stepscope.analysis.merging.trace_selection import FASTEST, MEDIAN, RANK_ZERO, STRAGGLER
 from stepscope.analysis.reports.context import RankRow, ReportContext, rank_rows
 from stepscope.analysis.reports.plots import FONT
-from stepscope.analysis.reports.trace_selection import FASTEST, MEDIAN, RANK_ZERO, STRAGGLER
 
 ROW_BUDGET = 128
 COLUMN_BUDGET = 64

@@ -11,11 +11,11 @@ from __future__ import annotations
 import statistics
 from html import escape
 
+from stepscope.analysis.merging.trace_selection import ROOM_IN_BUDGET
 from stepscope.analysis.model.rank_summary import Breakdown
 from stepscope.analysis.reports.context import MAX_NAMED_RANKS, ReportContext
 from stepscope.analysis.reports.plots import CATEGORY_LABELS
-from stepscope.analysis.reports.trace_selection import ROOM_IN_BUDGET
-from stepscope.api.rank_ranges import rank_ranges
+from stepscope.rank_ranges import rank_ranges
 
 
 def _header() -> str:

@@ -23,7 +23,7 @@ from stepscope_operator.storage.buckets import connect_buckets
 from stepscope_operator.targets.resolving import RankTarget
 
 from stepscope.analysis import summarize_rank
-from stepscope.api.session_status import Reason
+from stepscope.api.phases import Reason
 from stepscope.storage import session_prefix
 
 pytestmark = pytest.mark.integration

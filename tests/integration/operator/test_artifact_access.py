@@ -33,7 +33,7 @@ from support.operator_helpers import (
     session_events,
 )
 
-from stepscope.api.session_status import Reason
+from stepscope.api.phases import Reason
 from stepscope.artifact_reader import ArtifactReadError, fetch_links
 from stepscope.storage import RankArtifact, SessionArtifact, rank_key, session_key, session_prefix
 

@@ -44,7 +44,8 @@ from support.operator_helpers import AGENT_KEYRING, REPO_ROOT
 
 from stepscope.analysis.reports.rank_track import LAG_PID, STEPS_PID
 from stepscope.api.agent import FailureCode
-from stepscope.api.session_status import ProfileSessionStatus, Reason
+from stepscope.api.phases import Reason
+from stepscope.api.session_status import ProfileSessionStatus
 from stepscope.storage import session_prefix
 
 pytestmark = pytest.mark.integration

@@ -33,7 +33,7 @@ from stepscope_operator.targets.resolving import RankTarget
 
 from stepscope.analysis import summarize_rank
 from stepscope.api.agent import TraceSummary
-from stepscope.api.session_status import Reason
+from stepscope.api.phases import Reason
 from stepscope.storage import RankArtifact, SessionArtifact, rank_key, session_key, session_prefix
 from stepscope.tiers import Tier
 

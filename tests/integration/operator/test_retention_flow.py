@@ -13,9 +13,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from stepscope_agent.uploading import upload_file
-from stepscope_operator.context import PersistedPlan
 from stepscope_operator.handlers import CLEANUP, FINALIZER
 from stepscope_operator.sessions.planning import WindowPlan
+from stepscope_operator.sessions.view import PersistedPlan
 from stepscope_operator.settings import load_settings
 from stepscope_operator.storage.buckets import connect_buckets
 from stepscope_operator.storage.grants import create_rank_grants

@@ -11,10 +11,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 import requests
+from stepscope_operator.sessions.budgets import enforce_rank_budgets
 from stepscope_operator.sessions.status import RankOutcome
 from stepscope_operator.settings import load_settings
 from stepscope_operator.storage.buckets import connect_buckets
-from stepscope_operator.storage.budgets import enforce_rank_budgets
 from stepscope_operator.storage.grants import create_rank_grants, multipart_grant, put_grant
 
 from stepscope.api.agent import FailureCode, RankGrants

@@ -141,7 +141,7 @@ def test_the_killed_operator_container_restarts_in_its_pod_and_resumes_the_sessi
         startup = f"stepscope operator: bucket {cluster.s3_bucket}"
         assert startup in first and startup in second, (first[-3000:], second[-3000:])
         # The restarted container picked the session up from the plan the killed one
-        # persisted, with the same window (session_flow's log line, context.resume_line).
+        # persisted, with the same window (session_flow's log line, sessions.view.resume_line).
         resumed = re.search(
             rf"session {re.escape(namespace)}/{SESSION} resumed in phase (\w+) "
             r"with its persisted plan: steps (\d+)-(\d+), ",

@@ -72,7 +72,7 @@ def test_analyze_without_traces_fails_with_a_clear_message(tmp_path):
 
 
 def test_analyze_splits_a_folder_of_unrelated_traces_into_jobs(tmp_path, shared_traces):
-    from stepscope.cli.main import analyze
+    from stepscope.cli.analyze import analyze
 
     results = analyze(str(shared_traces), tmp_path)
     jobs = {job_dir.name: [s.rank for s in job.ranks] for job_dir, job in results}

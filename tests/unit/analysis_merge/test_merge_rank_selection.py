@@ -5,7 +5,7 @@ from __future__ import annotations
 from synthetic_ranks import rank_summary
 
 from stepscope.analysis.merging.merge import merge_ranks
-from stepscope.analysis.reports.trace_selection import (
+from stepscope.analysis.merging.trace_selection import (
     FASTEST,
     MEDIAN,
     RANK_ZERO,

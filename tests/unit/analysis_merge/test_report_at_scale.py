@@ -15,6 +15,7 @@ import pytest
 from synthetic_ranks import STEP_US, rank_summary
 
 from stepscope.analysis.merging.merge import merge_ranks
+from stepscope.analysis.merging.trace_selection import ROOM_IN_BUDGET, STRAGGLER
 from stepscope.analysis.model.job_summary import Evidence, Finding, Severity
 from stepscope.analysis.reports.context import (
     MAX_NAMED_RANKS,
@@ -24,7 +25,6 @@ from stepscope.analysis.reports.context import (
 )
 from stepscope.analysis.reports.heatmaps import COLUMN_BUDGET, LEVELS, ROW_BUDGET, heatmap
 from stepscope.analysis.reports.html import render_report
-from stepscope.analysis.reports.trace_selection import ROOM_IN_BUDGET, STRAGGLER
 
 SVG = "{http://www.w3.org/2000/svg}"
 RANKS = 1024

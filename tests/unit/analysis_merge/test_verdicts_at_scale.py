@@ -30,7 +30,8 @@ from synthetic_ranks import STEP_US, rank_summary
 
 from stepscope.analysis.merging.merge import merge_ranks
 from stepscope.analysis.model.job_summary import JobSummary, LatenessPattern
-from stepscope.api.session_status import Phase, ProfileSessionStatus, Reason
+from stepscope.api.phases import Phase, Reason
+from stepscope.api.session_status import ProfileSessionStatus
 
 RANKS = 1024
 RANKS_PER_NODE = 8

@@ -2,13 +2,8 @@
 
 from __future__ import annotations
 
-from stepscope.api.rank_ranges import MAX_LISTED_RANGES, describe_ranks, pod_ranges, rank_ranges
-from stepscope.api.session_status import (
-    RANK_RANGES_MAX_LENGTH,
-    RankFailure,
-    RankRef,
-    RanksStatus,
-)
+from stepscope.api.session_status import RANK_RANGES_MAX_LENGTH, RankFailure, RankRef, RanksStatus
+from stepscope.rank_ranges import MAX_LISTED_RANGES, describe_ranks, pod_ranges, rank_ranges
 
 
 def test_consecutive_ranks_collapse_into_ranges():

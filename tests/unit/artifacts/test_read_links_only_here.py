@@ -22,22 +22,24 @@ def signed_operations() -> list[tuple[str, str]]:
             ):
                 first = node.args[0] if node.args else None
                 assert isinstance(first, ast.Constant) and isinstance(first.value, str), (
-                    f"{path.name}:{node.lineno}: sign a literal S3 operation so this test can "
+                    f"{path}:{node.lineno}: sign a literal S3 operation so this test can "
                     "tell uploads from reads"
                 )
-                found.append((path.name, first.value))
+                found.append((path.relative_to(PACKAGE_DIR).as_posix(), first.value))
     return found
 
 
 def test_only_the_artifact_endpoint_signs_reads():
     operations = signed_operations()
     reads = {(module, op) for module, op in operations if op.startswith(READ_OPERATIONS)}
-    assert reads == {("artifact_access.py", "get_object"), ("grants.py", "get_object")}
+    assert reads == {("access/artifacts.py", "get_object"), ("storage/grants.py", "get_object")}
     callers = {
-        path.name
+        path.relative_to(PACKAGE_DIR).as_posix()
         for path in PACKAGE_DIR.rglob("*.py")
         if "get_url(" in path.read_text() and path.name != "grants.py"
     }
-    assert callers == {"rendering.py"}, "only the analysis Job's plan may carry read grants"
+    assert callers == {"sessions/rendering.py"}, (
+        "only the analysis Job's plan may carry read grants"
+    )
     # The rest are the agents' upload grants.
     assert {op for _, op in operations} - {"get_object"}

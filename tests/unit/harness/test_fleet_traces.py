@@ -8,13 +8,8 @@ import json
 from collections import defaultdict
 
 import pytest
-from stepscope_dev.fleet_traces import (
-    RECORDED_STEPS,
-    GpuRecordedTraces,
-    Lateness,
-    RecordedTraces,
-    recorded_traces,
-)
+from stepscope_dev.fleet_gpu_traces import GpuRecordedTraces, recorded_traces
+from stepscope_dev.fleet_traces import RECORDED_STEPS, Lateness, RecordedTraces
 
 from stepscope.analysis import summarize_rank
 from stepscope.analysis.merging.merge import merge_ranks

@@ -19,18 +19,18 @@ from aiohttp import web
 from stepscope_operator.agents.client import AgentClient, AgentError
 from stepscope_operator.agents.fanout import FanOut, RetryPolicy
 from stepscope_operator.agents.signing import AgentKeyring
-from stepscope_operator.context import PersistedPlan
 from stepscope_operator.sessions.arming import describe_unreachable
 from stepscope_operator.sessions.flow import observe
 from stepscope_operator.sessions.following import PodObservation, only_silent_pending, poll_captures
 from stepscope_operator.sessions.planning import WindowPlan
 from stepscope_operator.sessions.probing import probe_agents
 from stepscope_operator.sessions.status import final_phase, judge_ranks, tally_ranks
+from stepscope_operator.sessions.view import PersistedPlan
 from stepscope_operator.targets.resolving import RankTarget
 from support import free_port
 
 from stepscope.api import agent as wire
-from stepscope.api.session_status import Phase, Reason
+from stepscope.api.phases import Phase, Reason
 
 FAST_RETRIES = RetryPolicy(attempts=3, base_delay_s=0.01, max_delay_s=0.02)
 # Nothing listens here (the servers below bind 127.0.0.1 only): connections are refused.

@@ -14,7 +14,7 @@ from stepscope_operator.sessions.analysis_job import (
 )
 from stepscope_operator.settings import load_settings
 
-from stepscope.analysis.reports.trace_selection import ChosenRank, MergeSelection
+from stepscope.analysis.merging.trace_selection import ChosenRank, MergeSelection
 from stepscope.api.agent import ArtifactGrant
 from stepscope.api.analysis_job import ANALYSIS_JOB_COMMAND, PLAN_URL_ENV
 

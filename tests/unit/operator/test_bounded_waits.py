@@ -18,7 +18,8 @@ from stepscope_operator.sessions.flow import within_analysis_deadline
 from stepscope_operator.sessions.status import ANALYZED
 from stepscope_operator.settings import SettingsError, load_settings
 
-from stepscope.api.session_status import Phase, ProfileSessionStatus, Reason, StatusWindow
+from stepscope.api.phases import Phase, Reason
+from stepscope.api.session_status import ProfileSessionStatus, StatusWindow
 
 
 @pytest.fixture

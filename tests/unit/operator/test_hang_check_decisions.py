@@ -13,7 +13,8 @@ from stepscope_operator.sessions.status import phase_event, ready_condition
 
 from stepscope.api.agent import AgentStatus, RankStatus
 from stepscope.api.hang_status import MAX_HANG_RANKS, HangKind
-from stepscope.api.session_status import Phase, ProfileSessionStatus
+from stepscope.api.phases import Phase
+from stepscope.api.session_status import ProfileSessionStatus
 from stepscope.hang.attribution import HangVerdict, RankSide
 from stepscope.hang.detection import judge_progress
 

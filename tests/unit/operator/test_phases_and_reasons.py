@@ -6,14 +6,9 @@ import pytest
 from stepscope_operator.sessions.planning import PlanningError, plan_window
 from stepscope_operator.sessions.status import final_phase, ready_condition
 
+from stepscope.api.phases import Phase, Reason
 from stepscope.api.session import ProfileSessionSpec
-from stepscope.api.session_status import (
-    TERMINAL_PHASES,
-    Phase,
-    ProfileSessionStatus,
-    RanksStatus,
-    Reason,
-)
+from stepscope.api.session_status import TERMINAL_PHASES, ProfileSessionStatus, RanksStatus
 
 
 def test_every_reason_is_a_unique_camel_case_word():

@@ -11,9 +11,9 @@ import urllib3.exceptions
 from botocore.exceptions import ClientError, EndpointConnectionError
 from kubernetes.client.exceptions import ApiException
 from stepscope_operator.errors import EXCEPTION_MESSAGE_MAX_LENGTH, describe_exception, is_transient
+from stepscope_operator.sessions.budgets import bytes_per_rank, mark_over_budget, over_budget
 from stepscope_operator.sessions.status import RankOutcome
 from stepscope_operator.settings import OperatorSettings
-from stepscope_operator.storage.budgets import bytes_per_rank, mark_over_budget, over_budget
 from stepscope_operator.storage.retention import (
     CLEANUP_MAX_DELAY_SECONDS,
     cleanup_delay,

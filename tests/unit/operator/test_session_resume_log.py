@@ -9,9 +9,10 @@ import asyncio
 import logging
 from datetime import UTC, datetime
 
-from stepscope_operator.context import PersistedPlan, SessionView, StatusWriter, resume_line
 from stepscope_operator.sessions import flow as session_flow
 from stepscope_operator.sessions.planning import WindowPlan
+from stepscope_operator.sessions.status_writer import StatusWriter
+from stepscope_operator.sessions.view import PersistedPlan, SessionView, resume_line
 from stepscope_operator.targets.resolving import RankTarget
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)

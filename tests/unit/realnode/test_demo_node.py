@@ -3,8 +3,8 @@
 import copy
 
 import jsonpatch
+from stepscope_dev.demo_node import for_webhook_injection
 from stepscope_dev.demojob import demo_job_manifest
-from stepscope_dev.realnode.demo_node import for_webhook_injection
 from stepscope_operator.admission.injection import (
     INJECT_LABEL,
     InjectionSettings,

@@ -4,7 +4,8 @@ profiling flow and the hang watch."""
 
 from __future__ import annotations
 
-from stepscope_operator.context import OperatorContext, SessionView
+from stepscope_operator.context import OperatorContext
+from stepscope_operator.sessions.view import SessionView
 from stepscope_operator.targets.resolving import RankTarget, resolve_targets
 
 

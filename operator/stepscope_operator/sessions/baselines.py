@@ -13,15 +13,15 @@ from pydantic import ValidationError
 
 from stepscope.analysis.model.job_summary import JobSummary
 from stepscope.storage import SessionArtifact
-from stepscope_operator.context import OperatorContext, SessionView
-from stepscope_operator.schedules.comparing import (
+from stepscope_operator.context import OperatorContext
+from stepscope_operator.sessions.comparing import (
     MIN_BASELINE_SESSIONS,
     Comparison,
     compare_jobs,
     inconclusive,
     status_record,
 )
-from stepscope_operator.schedules.scheduling import is_regression
+from stepscope_operator.sessions.view import SessionView
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +29,13 @@ log = logging.getLogger(__name__)
 DEFAULT_BASELINE_SESSIONS = 5
 # A session compared with one named baseline uses the schedules' default threshold.
 BASELINE_THRESHOLD_PCT = 5.0
+
+
+def is_regression(session: dict[str, Any]) -> bool:
+    """Whether the session was judged a regression: it is kept in the history but is no
+    baseline, or one slow session would widen the noise band and hide the next ones."""
+    comparison = (session.get("status") or {}).get("baselineComparison") or {}
+    return comparison.get("verdict") == "regression"
 
 
 def _load_job(ctx: OperatorContext, session: dict[str, Any]) -> JobSummary | None:
