@@ -13,6 +13,8 @@ from stepscope.api.text import BoundedText
 
 # Condition fields are bounded more tightly than in meta/v1 (message 32 KiB, reason 1 KiB
 # there) so a status with every condition set stays a few KiB.
+# A Kubernetes object name (a pod, a session) is a DNS subdomain: at most 253 characters.
+POD_NAME_MAX_LENGTH = 253
 MAX_CONDITIONS = 8
 CONDITION_MESSAGE_MAX_LENGTH = 512
 CONDITION_REASON_MAX_LENGTH = 128

@@ -27,8 +27,9 @@ from stepscope.api.rules import (
     matches,
 )
 from stepscope.api.session import API_VERSION, ProfileSessionSpec
-from stepscope.api.session_status import POD_NAME_MAX_LENGTH, TARGET_MAX_LENGTH, Verdict
+from stepscope.api.session_status import POD_NAME_MAX_LENGTH, TARGET_MAX_LENGTH
 from stepscope.api.text import BoundedText
+from stepscope.api.verdict import Verdict
 
 MAX_HISTORY_LIMIT = 100
 MAX_ACTIVE_LISTED = 10

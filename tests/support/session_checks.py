@@ -17,7 +17,7 @@ from typing import Any, get_args
 from stepscope_operator.sessions.analysis_job import COMPONENT, COMPONENT_LABEL
 
 from stepscope.analysis.reports.rank_track import LAG_PID, STEPS_PID
-from stepscope.api.session_status import Bottleneck
+from stepscope.api.verdict import Bottleneck
 from support.operator_helpers import get_session, session_events
 
 

@@ -13,7 +13,7 @@ from stepscope.analysis.comparing.step_comparison import (
     job_step_times,
     noise_band_pct,
 )
-from stepscope.api.session_status import (
+from stepscope.api.verdict import (
     COMPARISON_TEXT_MAX_LENGTH,
     MAX_BASELINE_SESSIONS_LISTED,
     BaselineComparison,

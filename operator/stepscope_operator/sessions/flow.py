@@ -3,8 +3,8 @@
 The phase in status says where to resume: Pending waits for its turn,
 Planning resolves, probes, plans and arms (reusing plan.json when it exists,
 so a restart never re-plans an armed window), Armed/Capturing follow the
-agents (and re-plan a window the ranks passed before the arm, see session_arming),
-Collecting/Analyzing judge, merge and publish. Every wait is bounded:
+agents (`capturing`; a window the ranks passed before the arm is re-planned, `arming`),
+Collecting/Analyzing judge, merge and publish (`analyzing`). Every wait is bounded:
 by `timeoutSeconds` before arming, by the capture deadline after it.
 """
 
@@ -13,51 +13,23 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any
 
-from pydantic import ValidationError
-
-from stepscope.analysis.merging.merge import MergeError
 from stepscope.api.phases import Phase, Reason
-from stepscope.api.session_status import StatusWindow
 from stepscope_operator.context import OperatorContext
 from stepscope_operator.errors import describe_exception, is_transient
 from stepscope_operator.metrics import PROBE_DURATION
+from stepscope_operator.sessions.analyzing import collect_and_analyze, within_analysis_deadline
 from stepscope_operator.sessions.arming import MISSED_NOTHING, arm_record, replan_missed_window
-from stepscope_operator.sessions.baselines import compare_with_baseline
-from stepscope_operator.sessions.budgets import enforce_rank_budgets
-from stepscope_operator.sessions.collecting import (
-    gather_summaries,
-    merge_job,
-    publish_artifacts,
-    write_job_summary,
-)
-from stepscope_operator.sessions.comparing import status_record
-from stepscope_operator.sessions.following import (
-    PodObservation,
-    any_capturing,
-    only_silent_pending,
-    poll_captures,
-)
+from stepscope_operator.sessions.capturing import follow, observe
 from stepscope_operator.sessions.planning import PlanningError, plan_window
 from stepscope_operator.sessions.pod_arming import cancel_captures, capture_id_for
 from stepscope_operator.sessions.probing import probe_agents
 from stepscope_operator.sessions.queueing import active_sessions, blocking_session
 from stepscope_operator.sessions.quota import within_quota
-from stepscope_operator.sessions.rendering import SessionIdentity, render_artifacts
-from stepscope_operator.sessions.status import (
-    ANALYZED,
-    CAPTURED,
-    TARGET_RESOLVED,
-    final_phase,
-    is_final,
-    judge_ranks,
-    summary_from_job,
-    tally_ranks,
-    verdict_line,
-)
+from stepscope_operator.sessions.status import TARGET_RESOLVED, is_final
 from stepscope_operator.sessions.status_writer import StatusWriter
 from stepscope_operator.sessions.target_listing import list_targets
 from stepscope_operator.sessions.view import (
@@ -67,7 +39,6 @@ from stepscope_operator.sessions.view import (
     resume_line,
     save_plan,
 )
-from stepscope_operator.settings import session_retention
 from stepscope_operator.storage.retention import (
     PendingDelete,
     grants_expire_at,
@@ -134,32 +105,6 @@ async def drive_session(
             )
             return
         record = missed
-
-
-async def within_analysis_deadline(
-    ctx: OperatorContext, writer: StatusWriter, analysis: Coroutine[Any, Any, None]
-) -> None:
-    """Run the collecting and analysing within `analysis_deadline_seconds` of the window's
-    end (so a restarted operator does not start the clock again); past it the session ends
-    Failed with reason AnalysisDeadlineExceeded instead of staying in Analyzing."""
-    limit = ctx.settings.analysis_deadline_seconds
-    remaining = limit
-    ended = writer.status.window.end_time if writer.status.window else None
-    if ended is not None and writer.phase in (Phase.COLLECTING, Phase.ANALYZING):
-        remaining = limit - (ctx.now() - ended).total_seconds()
-    try:
-        await asyncio.wait_for(analysis, max(remaining, 0.0))
-    except TimeoutError:
-        message = (
-            f"collecting and analysing did not finish within {limit:g}s of the window's end "
-            "(STEPSCOPE_ANALYSIS_DEADLINE_SECONDS); the per-rank artifacts are in storage"
-        )
-        await writer.enter(
-            Phase.FAILED,
-            Reason.ANALYSIS_DEADLINE_EXCEEDED,
-            message,
-            conditions=((ANALYZED, "False", Reason.ANALYSIS_DEADLINE_EXCEEDED, message),),
-        )
 
 
 async def wait_for_turn(
@@ -302,153 +247,6 @@ async def make_plan(
             last_written = last_wait
         await stopped.wait(ctx.settings.poll_interval_seconds)
     return None
-
-
-async def observe(
-    ctx: OperatorContext,
-    view: SessionView,
-    record: PersistedPlan,
-    settled: dict[str, PodObservation] | None = None,
-) -> dict[str, PodObservation]:
-    """Every pod's capture state; pods that were never armed say why. Pods in `settled`
-    are not asked again: a settled answer changes no more, and at 1024 ranks asking again
-    would fetch every finished rank's summary on every poll."""
-    settled = settled or {}
-    armed = {
-        pod: ip
-        for pod, ip in record.pod_ips.items()
-        if pod not in record.unreachable and pod not in settled
-    }
-    observations = await poll_captures(ctx.agents(view.namespace), armed, record.capture_id)
-    observations.update(settled)
-    for pod, why in record.unreachable.items():
-        observations[pod] = PodObservation(pod=pod, error=why, unknown_capture=True)
-    return observations
-
-
-async def follow(
-    ctx: OperatorContext,
-    view: SessionView,
-    record: PersistedPlan,
-    writer: StatusWriter,
-    stopped: Any,
-) -> dict[str, PodObservation] | None:
-    """Poll until every pod settled, or the capture deadline (plus a grace for the agents'
-    own deadline handling) passed; then cancel what is still running."""
-    grace = timedelta(seconds=min(ctx.settings.collect_reserve_seconds / 2, 15.0))
-    lost_grace = timedelta(seconds=ctx.settings.agent_lost_grace_seconds)
-    silent_since = None
-    settled: dict[str, PodObservation] = {}
-    while not stopped:
-        observations = await observe(ctx, view, record, settled)
-        settled = {pod: o for pod, o in observations.items() if o.settled}
-        if writer.phase == Phase.ARMED and any_capturing(observations):
-            await writer.enter(
-                Phase.CAPTURING,
-                Reason.WINDOW_REACHED,
-                f"ranks reached step {record.plan.start_step} and are capturing",
-                window=writer.status.window.model_copy(update={"start_time": ctx.now()}),
-            )
-        if all(o.settled for o in observations.values()):
-            return observations
-        # Agents that went silent while every other pod finished are given a grace, not
-        # the whole capture deadline: 1000 of 1024 ranks should not wait on 24 lost ones.
-        silent_since = (silent_since or ctx.now()) if only_silent_pending(observations) else None
-        if ctx.now() > record.capture_deadline + grace or (
-            silent_since is not None and ctx.now() - silent_since > lost_grace
-        ):
-            late = {pod: None for pod, o in observations.items() if not o.settled}
-            await cancel_captures(
-                ctx.agents(view.namespace), {p: record.pod_ips[p] for p in late}, record.capture_id
-            )
-            return observations
-        await stopped.wait(ctx.settings.poll_interval_seconds)
-    return None
-
-
-async def collect_and_analyze(
-    ctx: OperatorContext,
-    view: SessionView,
-    writer: StatusWriter,
-    record: PersistedPlan,
-    observations: dict[str, PodObservation],
-) -> None:
-    outcomes = judge_ranks(
-        record.targets, observations, record.plan.start_step, record.plan.end_step
-    )
-    prefix = view.prefix(ctx.settings)
-    outcomes = await asyncio.to_thread(
-        enforce_rank_budgets, ctx.buckets, prefix, outcomes, ctx.settings.max_bytes_per_rank
-    )
-    ranks = tally_ranks(outcomes)
-    window = (writer.status.window or StatusWindow()).model_copy(update={"end_time": ctx.now()})
-    await writer.enter(Phase.COLLECTING, ranks=ranks, window=window)
-    phase, reason, message = final_phase(ranks)
-    captured = ((CAPTURED, "True" if ranks.captured else "False", reason, message),)
-    if phase == Phase.FAILED:
-        await asyncio.to_thread(ctx.buckets.abort_incomplete_uploads, prefix)
-        await writer.enter(phase, reason, message, conditions=captured)
-        return
-    await writer.enter(
-        Phase.ANALYZING,
-        Reason.MERGING,
-        f"merging {ranks.captured + ranks.misaligned} rank summaries",
-    )
-    summaries, notes = await asyncio.to_thread(gather_summaries, ctx.buckets, prefix, outcomes)
-    retention = session_retention(view.spec.artifacts.retention, ctx.settings.default_retention)
-    try:
-        job = merge_job(summaries, record.targets)
-        await asyncio.to_thread(write_job_summary, ctx.buckets, prefix, job)
-    except (MergeError, ValidationError) as exc:
-        why = f"analysis failed: {exc}" + (f" ({'; '.join(notes)})" if notes else "")
-        await asyncio.to_thread(ctx.buckets.abort_incomplete_uploads, prefix)
-        await writer.enter(
-            Phase.FAILED,
-            Reason.ANALYSIS_FAILED,
-            why,
-            conditions=captured + ((ANALYZED, "False", Reason.ANALYSIS_FAILED, why),),
-        )
-        return
-    summary = summary_from_job(job, record.plan.step_time_ms)
-    comparison = await compare_with_baseline(ctx, view, job)
-    analyzed = verdict_line(job, summary)
-    verdict = captured + ((ANALYZED, "True", Reason.ANALYZED, analyzed),)
-    baseline = {"baseline_comparison": status_record(comparison)} if comparison else {}
-    # The verdict needs only the summaries, so it goes into the status now, before the
-    # analysis Job reads raw traces for the merged trace and the report: `kubectl describe`
-    # answers "why is it slow" while the Job runs. However the Job ends, the verdict
-    # stands; a failure is a note. Unfinished uploads (the ranks', a failed Job's) are
-    # aborted once the Job has ended: after an operator restart it may still be uploading
-    # through its multipart grant.
-    await writer.enter(
-        Phase.ANALYZING,
-        Reason.ANALYSIS_JOB_RUNNING,
-        f"{analyzed}; the analysis Job builds the report and merged trace",
-        conditions=verdict,
-        summary=summary,
-        **baseline,
-    )
-    rendered = await render_artifacts(
-        ctx.kube,
-        ctx.buckets,
-        ctx.settings,
-        SessionIdentity(view.namespace, view.name, view.uid),
-        prefix,
-        job,
-        ctx.now(),
-    )
-    notes += rendered.notes
-    await asyncio.to_thread(ctx.buckets.abort_incomplete_uploads, prefix)
-    artifacts = await asyncio.to_thread(
-        publish_artifacts, ctx.buckets, prefix, ctx.now(), retention, rendered
-    )
-    await writer.enter(
-        phase,
-        reason,
-        f"{message}; {analyzed}" + (f"; notes: {'; '.join(notes)}" if notes else ""),
-        conditions=verdict + ((rendered.condition,) if rendered.condition else ()),
-        artifacts=artifacts,
-    )
 
 
 async def cleanup_session(ctx: OperatorContext, body: dict[str, Any], retain: bool) -> str:

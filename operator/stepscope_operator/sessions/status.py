@@ -20,15 +20,12 @@ from stepscope.api.agent import CaptureFailure, CaptureState, CaptureSummary, Ra
 from stepscope.api.gpu_status import gpu_counters_status
 from stepscope.api.meta import CONDITION_MESSAGE_MAX_LENGTH, Condition
 from stepscope.api.phases import Phase, Reason
-from stepscope.api.session_status import (
+from stepscope.api.session_status import TERMINAL_PHASES, RankFailure, RankRef, RanksStatus
+from stepscope.api.verdict import (
     FINDING_TEXT_MAX_LENGTH,
     MAX_FINDINGS,
-    TERMINAL_PHASES,
     Breakdown,
     Finding,
-    RankFailure,
-    RankRef,
-    RanksStatus,
     StepTime,
     Straggler,
     Summary,

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 
-from stepscope.analysis.model.rank_summary import Breakdown, DeviceSplit
+from stepscope.analysis.model.rank_summary import Breakdown, DeviceSplit, StepRecord
 from stepscope.analysis.rank.timeline import IntervalStore, sum_by_window
 from stepscope.analysis.reading.step_windows import StepSpan
 
@@ -193,3 +193,17 @@ class DeviceTotals:
                 )
             )
         return splits
+
+
+def step_records(windows: list[StepSpan], breakdowns: list[Breakdown]) -> list[StepRecord]:
+    """One record per step window, with its duration and breakdown."""
+    return [
+        StepRecord(
+            step=number,
+            start_us=start,
+            end_us=end,
+            duration_ms=round((end - start) / 1e3, 4),
+            breakdown=breakdown,
+        )
+        for (number, start, end), breakdown in zip(windows, breakdowns, strict=True)
+    ]

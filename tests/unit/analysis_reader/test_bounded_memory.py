@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from stepscope.analysis.rank import summary as summary_module
-from stepscope.analysis.rank.summary import RankSummaryBuilder
+from stepscope.analysis.rank import builder as builder_module
+from stepscope.analysis.rank.builder import RankSummaryBuilder
 from stepscope.analysis.reading.reader import TraceReader
 
 GENERATOR = Path(__file__).resolve().parents[3] / "bench" / "large_trace.py"
@@ -37,8 +37,8 @@ def monkeypatch_module():
 
 def _fold(path: Path, margin_us: float, every: int):
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(summary_module, "SEAL_MARGIN_US", margin_us)
-        patch.setattr(summary_module, "SEAL_EVERY_EVENTS", every)
+        patch.setattr(builder_module, "SEAL_MARGIN_US", margin_us)
+        patch.setattr(builder_module, "SEAL_EVERY_EVENTS", every)
         builder = RankSummaryBuilder()
         reader = TraceReader(path)
         for event in reader.events():

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from stepscope.api.session_status import ProfileSessionStatus, format_milliseconds
+from stepscope.api.session_status import ProfileSessionStatus
+from stepscope.api.verdict import format_milliseconds
 
 
 def test_window_range_is_filled_from_the_steps() -> None:

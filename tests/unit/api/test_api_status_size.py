@@ -16,17 +16,15 @@ from stepscope.api.meta import (
 )
 from stepscope.api.session_status import (
     FAILURE_REASON_MAX_LENGTH,
-    FINDING_TEXT_MAX_LENGTH,
-    MAX_FINDINGS,
     MAX_LISTED_RANKS,
     POD_NAME_MAX_LENGTH,
     URI_MAX_LENGTH,
-    Finding,
     ProfileSessionStatus,
     RankFailure,
     RankRef,
     RanksStatus,
 )
+from stepscope.api.verdict import FINDING_TEXT_MAX_LENGTH, MAX_FINDINGS, Finding
 
 RANKS = 1024
 # The budget we promise in DESIGN §1 ("well under 64 KiB"); the hard etcd limit is far above.

@@ -13,13 +13,13 @@ from stepscope.api.crdgen import DEFAULT_OUT
 from stepscope.api.meta import CONDITION_MESSAGE_MAX_LENGTH
 from stepscope.api.session_status import (
     FAILURE_REASON_MAX_LENGTH,
-    FINDING_TEXT_MAX_LENGTH,
     POD_NAME_MAX_LENGTH,
     TARGET_MAX_LENGTH,
     ProfileSessionStatus,
     RankFailure,
 )
 from stepscope.api.text import ELLIPSIS, clip_text
+from stepscope.api.verdict import FINDING_TEXT_MAX_LENGTH
 
 UPLOAD_ERROR = (
     "upload failed: PUT s3://stepscope/team-a/llama-ft-1/6f1c2d3e-4b5a-4c6d-8e9f-0a1b2c3d4e5f/"

@@ -20,7 +20,7 @@ from stepscope_operator.agents.client import AgentClient, AgentError
 from stepscope_operator.agents.fanout import FanOut, RetryPolicy
 from stepscope_operator.agents.signing import AgentKeyring
 from stepscope_operator.sessions.arming import describe_unreachable
-from stepscope_operator.sessions.flow import observe
+from stepscope_operator.sessions.capturing import observe
 from stepscope_operator.sessions.following import PodObservation, only_silent_pending, poll_captures
 from stepscope_operator.sessions.planning import WindowPlan
 from stepscope_operator.sessions.probing import probe_agents

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 from kubernetes import client as k8s
 from stepscope_operator.kubeapi import KubeApi
-from stepscope_operator.sessions.flow import within_analysis_deadline
+from stepscope_operator.sessions.analyzing import within_analysis_deadline
 from stepscope_operator.sessions.status import ANALYZED
 from stepscope_operator.settings import SettingsError, load_settings
 

@@ -1,94 +1,27 @@
-"""The operator's settings: one typed home, read from the environment or a mounted file.
+"""The operator's settings model: every field with its unit, default and the reason for it.
 
-Every setting is a field below with its unit, default and the reason for the
-default. The environment variable that sets it is a constant in `ENV`, so a
-grep for the variable name lands here. A mounted YAML file (path in
-`STEPSCOPE_OPERATOR_CONFIG`) may hold the same fields by their Python names;
-environment variables win over the file, so a chart can ship a file and a user
-can still override one value with `--set env`.
+Immutable once loaded; the checks across fields (a deadline that covers the Job, retry pauses
+in order, TLS for the artifact endpoint) name the variables to change.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import re
-from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    SecretStr,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from stepscope import artifact_links
 from stepscope.api import agent as agent_wire
 from stepscope.api.session import MAX_RETENTION
 from stepscope_operator.agents.signing import AgentKeyring, KeyringError
+from stepscope_operator.settings.durations import parse_duration
+from stepscope_operator.settings.variables import ENV, SettingsError
 
-CONFIG_FILE_ENV = "STEPSCOPE_OPERATOR_CONFIG"
 # Prometheus's own conventional port; 8080 is kopf's liveness endpoint in the chart.
 DEFAULT_METRICS_PORT = 9090
-
-# Field name -> environment variable. One line per setting; docs/operator-settings.md
-# lists the same table for users.
-ENV: dict[str, str] = {
-    "watch_namespace": "STEPSCOPE_WATCH_NAMESPACE",
-    "s3_endpoint": "STEPSCOPE_S3_ENDPOINT",
-    "s3_agent_endpoint": "STEPSCOPE_S3_AGENT_ENDPOINT",
-    "s3_region": "STEPSCOPE_S3_REGION",
-    "s3_bucket": "STEPSCOPE_S3_BUCKET",
-    "s3_prefix": "STEPSCOPE_S3_PREFIX",
-    "s3_access_key_id": "AWS_ACCESS_KEY_ID",
-    "s3_secret_access_key": "AWS_SECRET_ACCESS_KEY",
-    "default_retention": "STEPSCOPE_DEFAULT_RETENTION",
-    # The same name the agent reads (stepscope.api.agent).
-    "agent_port": agent_wire.PORT_ENV,
-    "agent_signing_keys_dir": "STEPSCOPE_AGENT_SIGNING_KEYS_DIR",
-    "probe_timeout_seconds": "STEPSCOPE_PROBE_TIMEOUT_SECONDS",
-    "agent_max_in_flight": "STEPSCOPE_AGENT_MAX_IN_FLIGHT",
-    "agent_call_attempts": "STEPSCOPE_AGENT_CALL_ATTEMPTS",
-    "agent_retry_base_seconds": "STEPSCOPE_AGENT_RETRY_BASE_SECONDS",
-    "agent_retry_max_seconds": "STEPSCOPE_AGENT_RETRY_MAX_SECONDS",
-    "kube_request_timeout_seconds": "STEPSCOPE_KUBE_REQUEST_TIMEOUT_SECONDS",
-    "analysis_deadline_seconds": "STEPSCOPE_ANALYSIS_DEADLINE_SECONDS",
-    "agent_lost_grace_seconds": "STEPSCOPE_AGENT_LOST_GRACE_SECONDS",
-    "plan_margin_seconds": "STEPSCOPE_PLAN_MARGIN_SECONDS",
-    "plan_min_steps": "STEPSCOPE_PLAN_MIN_STEPS",
-    "max_replans": "STEPSCOPE_MAX_REPLANS",
-    "grant_margin_seconds": "STEPSCOPE_GRANT_MARGIN_SECONDS",
-    "collect_reserve_seconds": "STEPSCOPE_COLLECT_RESERVE_SECONDS",
-    "poll_interval_seconds": "STEPSCOPE_POLL_INTERVAL_SECONDS",
-    "max_ranks_per_session": "STEPSCOPE_MAX_RANKS_PER_SESSION",
-    "max_bytes_per_rank": "STEPSCOPE_MAX_BYTES_PER_RANK",
-    "max_concurrent_sessions": "STEPSCOPE_MAX_CONCURRENT_SESSIONS",
-    "metrics_port": "STEPSCOPE_METRICS_PORT",
-    "metrics_listen_address": "STEPSCOPE_METRICS_ADDRESS",
-    "artifacts_port": "STEPSCOPE_ARTIFACTS_PORT",
-    "artifacts_listen_address": "STEPSCOPE_ARTIFACTS_ADDRESS",
-    "artifacts_tls_dir": "STEPSCOPE_ARTIFACTS_TLS_DIR",
-    "artifact_link_seconds": "STEPSCOPE_ARTIFACT_LINK_SECONDS",
-    "s3_read_endpoint": "STEPSCOPE_S3_READ_ENDPOINT",
-    # The same variables the webhook reads for the injected sidecar (webhook.ENV): the
-    # analysis Job runs the agent image too.
-    "agent_image": "STEPSCOPE_AGENT_IMAGE",
-    "agent_image_pull_policy": "STEPSCOPE_AGENT_IMAGE_PULL_POLICY",
-    "analysis_job_resources": "STEPSCOPE_ANALYSIS_JOB_RESOURCES",
-    "analysis_job_deadline_seconds": "STEPSCOPE_ANALYSIS_JOB_DEADLINE_SECONDS",
-    "merged_trace_budget_bytes": "STEPSCOPE_MERGED_TRACE_BUDGET_BYTES",
-    "namespace_quota_bytes": "STEPSCOPE_NAMESPACE_QUOTA_BYTES",
-    "s3_lifecycle_rule": "STEPSCOPE_S3_LIFECYCLE_RULE",
-    "s3_lifecycle_abort_days": "STEPSCOPE_S3_LIFECYCLE_ABORT_DAYS",
-    "s3_lifecycle_max_age_days": "STEPSCOPE_S3_LIFECYCLE_MAX_AGE_DAYS",
-}
 
 DEFAULT_ANALYSIS_JOB_RESOURCES: dict[str, dict[str, str]] = {
     "requests": {"cpu": "500m", "memory": "512Mi"},
@@ -97,59 +30,6 @@ DEFAULT_ANALYSIS_JOB_RESOURCES: dict[str, dict[str, str]] = {
 """The Job streams each trace event by event and holds only the job summary whole (a few
 hundred MB at 1024 ranks at most), so 2 GiB bounds it; no CPU limit, so it is never
 throttled into its deadline."""
-
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(d|h|m|s)")
-_DURATION_UNIT_SECONDS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
-
-
-class DurationTooLong(ValueError):
-    """A duration past the maximum its caller allows."""
-
-
-def parse_duration(text: str | float | timedelta, maximum: timedelta | None = None) -> timedelta:
-    """Parse '168h', '1h30m', '7d', '45s' (or plain seconds) into a timedelta.
-
-    Past `maximum` (or past what a timedelta holds) it raises DurationTooLong, which
-    names the maximum; without one, a date plus the value could overflow later.
-    """
-    try:
-        value = _parse_duration(text)
-    except OverflowError:
-        value = None
-    if value is None or (maximum is not None and value > maximum):
-        limit = f"the maximum {_hours(maximum)}" if maximum is not None else "any date"
-        raise DurationTooLong(f"{text!r} is longer than {limit}")
-    return value
-
-
-def _hours(value: timedelta) -> str:
-    return f"{value.total_seconds() / 3600:g}h"
-
-
-def _parse_duration(text: str | float | timedelta) -> timedelta:
-    if isinstance(text, timedelta):
-        return text
-    if isinstance(text, int | float):
-        return timedelta(seconds=text)
-    compact = text.strip().replace(" ", "")
-    if compact.isdigit():
-        return timedelta(seconds=int(compact))
-    parts = _DURATION_PART.findall(compact)
-    if not parts or "".join(n + u for n, u in parts) != compact:
-        raise ValueError(f"{text!r} is not a duration; write it like 168h, 90m, 7d or 1h30m")
-    return timedelta(seconds=sum(float(n) * _DURATION_UNIT_SECONDS[u] for n, u in parts))
-
-
-def session_retention(spec_value: str | None, default: timedelta) -> timedelta:
-    """How long a session's artifacts are kept: its own retention or the default.
-
-    The API server refuses retentions past MAX_RETENTION; a session stored before that
-    bound existed is held to it rather than failed after its capture.
-    """
-    try:
-        return parse_duration(spec_value or default, MAX_RETENTION)
-    except DurationTooLong:
-        return MAX_RETENTION
 
 
 class OperatorSettings(BaseModel):
@@ -518,36 +398,3 @@ class OperatorSettings(BaseModel):
     @property
     def reader_s3_endpoint(self) -> str | None:
         return self.s3_read_endpoint or self.s3_endpoint
-
-
-class SettingsError(ValueError):
-    """A setting is missing or invalid; the message names the variable and the fix."""
-
-
-def load_settings(
-    environ: Mapping[str, str] | None = None, config_file: Path | None = None
-) -> OperatorSettings:
-    """Read settings from a YAML file (optional) overlaid with environment variables."""
-    environ = os.environ if environ is None else environ
-    values: dict[str, Any] = {}
-    path = config_file or (Path(environ[CONFIG_FILE_ENV]) if environ.get(CONFIG_FILE_ENV) else None)
-    if path is not None:
-        try:
-            loaded = yaml.safe_load(path.read_text()) or {}
-        except (OSError, yaml.YAMLError) as exc:
-            raise SettingsError(f"{CONFIG_FILE_ENV}={path} cannot be read: {exc}") from exc
-        if not isinstance(loaded, dict):
-            raise SettingsError(f"{path} must hold a mapping of setting names to values")
-        values.update(loaded)
-    for field, variable in ENV.items():
-        if variable in environ:
-            values[field] = environ[variable]
-    try:
-        return OperatorSettings.model_validate(values)
-    except ValidationError as exc:
-        problems = []
-        for error in exc.errors():
-            field = str(error["loc"][0]) if error["loc"] else "settings"
-            source = ENV.get(field, field)
-            problems.append(f"{source}: {error['msg']}")
-        raise SettingsError("invalid operator settings: " + "; ".join(problems)) from exc

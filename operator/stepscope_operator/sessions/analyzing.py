@@ -1,0 +1,153 @@
+"""Collecting and Analyzing: judge each rank, merge the summaries, write the verdict, render.
+
+The verdict needs only the rank summaries, so it reaches the status before the analysis Job
+reads raw traces for the report; all of it runs within `analysis_deadline_seconds` of the
+window's end, counted from the window, so a restarted operator does not start the clock again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from typing import Any
+
+from pydantic import ValidationError
+
+from stepscope.analysis.merging.merge import MergeError
+from stepscope.api.phases import Phase, Reason
+from stepscope.api.session_status import StatusWindow
+from stepscope_operator.context import OperatorContext
+from stepscope_operator.sessions.baselines import compare_with_baseline
+from stepscope_operator.sessions.budgets import enforce_rank_budgets
+from stepscope_operator.sessions.collecting import (
+    gather_summaries,
+    merge_job,
+    publish_artifacts,
+    write_job_summary,
+)
+from stepscope_operator.sessions.comparing import status_record
+from stepscope_operator.sessions.following import PodObservation
+from stepscope_operator.sessions.rendering import SessionIdentity, render_artifacts
+from stepscope_operator.sessions.status import (
+    ANALYZED,
+    CAPTURED,
+    final_phase,
+    judge_ranks,
+    summary_from_job,
+    tally_ranks,
+    verdict_line,
+)
+from stepscope_operator.sessions.status_writer import StatusWriter
+from stepscope_operator.sessions.view import PersistedPlan, SessionView
+from stepscope_operator.settings import session_retention
+
+
+async def within_analysis_deadline(
+    ctx: OperatorContext, writer: StatusWriter, analysis: Coroutine[Any, Any, None]
+) -> None:
+    """Run the collecting and analysing within `analysis_deadline_seconds` of the window's
+    end (so a restarted operator does not start the clock again); past it the session ends
+    Failed with reason AnalysisDeadlineExceeded instead of staying in Analyzing."""
+    limit = ctx.settings.analysis_deadline_seconds
+    remaining = limit
+    ended = writer.status.window.end_time if writer.status.window else None
+    if ended is not None and writer.phase in (Phase.COLLECTING, Phase.ANALYZING):
+        remaining = limit - (ctx.now() - ended).total_seconds()
+    try:
+        await asyncio.wait_for(analysis, max(remaining, 0.0))
+    except TimeoutError:
+        message = (
+            f"collecting and analysing did not finish within {limit:g}s of the window's end "
+            "(STEPSCOPE_ANALYSIS_DEADLINE_SECONDS); the per-rank artifacts are in storage"
+        )
+        await writer.enter(
+            Phase.FAILED,
+            Reason.ANALYSIS_DEADLINE_EXCEEDED,
+            message,
+            conditions=((ANALYZED, "False", Reason.ANALYSIS_DEADLINE_EXCEEDED, message),),
+        )
+
+
+async def collect_and_analyze(
+    ctx: OperatorContext,
+    view: SessionView,
+    writer: StatusWriter,
+    record: PersistedPlan,
+    observations: dict[str, PodObservation],
+) -> None:
+    outcomes = judge_ranks(
+        record.targets, observations, record.plan.start_step, record.plan.end_step
+    )
+    prefix = view.prefix(ctx.settings)
+    outcomes = await asyncio.to_thread(
+        enforce_rank_budgets, ctx.buckets, prefix, outcomes, ctx.settings.max_bytes_per_rank
+    )
+    ranks = tally_ranks(outcomes)
+    window = (writer.status.window or StatusWindow()).model_copy(update={"end_time": ctx.now()})
+    await writer.enter(Phase.COLLECTING, ranks=ranks, window=window)
+    phase, reason, message = final_phase(ranks)
+    captured = ((CAPTURED, "True" if ranks.captured else "False", reason, message),)
+    if phase == Phase.FAILED:
+        await asyncio.to_thread(ctx.buckets.abort_incomplete_uploads, prefix)
+        await writer.enter(phase, reason, message, conditions=captured)
+        return
+    await writer.enter(
+        Phase.ANALYZING,
+        Reason.MERGING,
+        f"merging {ranks.captured + ranks.misaligned} rank summaries",
+    )
+    summaries, notes = await asyncio.to_thread(gather_summaries, ctx.buckets, prefix, outcomes)
+    retention = session_retention(view.spec.artifacts.retention, ctx.settings.default_retention)
+    try:
+        job = merge_job(summaries, record.targets)
+        await asyncio.to_thread(write_job_summary, ctx.buckets, prefix, job)
+    except (MergeError, ValidationError) as exc:
+        why = f"analysis failed: {exc}" + (f" ({'; '.join(notes)})" if notes else "")
+        await asyncio.to_thread(ctx.buckets.abort_incomplete_uploads, prefix)
+        await writer.enter(
+            Phase.FAILED,
+            Reason.ANALYSIS_FAILED,
+            why,
+            conditions=captured + ((ANALYZED, "False", Reason.ANALYSIS_FAILED, why),),
+        )
+        return
+    summary = summary_from_job(job, record.plan.step_time_ms)
+    comparison = await compare_with_baseline(ctx, view, job)
+    analyzed = verdict_line(job, summary)
+    verdict = captured + ((ANALYZED, "True", Reason.ANALYZED, analyzed),)
+    baseline = {"baseline_comparison": status_record(comparison)} if comparison else {}
+    # The verdict needs only the summaries, so it goes into the status now, before the
+    # analysis Job reads raw traces for the merged trace and the report: `kubectl describe`
+    # answers "why is it slow" while the Job runs. However the Job ends, the verdict
+    # stands; a failure is a note. Unfinished uploads (the ranks', a failed Job's) are
+    # aborted once the Job has ended: after an operator restart it may still be uploading
+    # through its multipart grant.
+    await writer.enter(
+        Phase.ANALYZING,
+        Reason.ANALYSIS_JOB_RUNNING,
+        f"{analyzed}; the analysis Job builds the report and merged trace",
+        conditions=verdict,
+        summary=summary,
+        **baseline,
+    )
+    rendered = await render_artifacts(
+        ctx.kube,
+        ctx.buckets,
+        ctx.settings,
+        SessionIdentity(view.namespace, view.name, view.uid),
+        prefix,
+        job,
+        ctx.now(),
+    )
+    notes += rendered.notes
+    await asyncio.to_thread(ctx.buckets.abort_incomplete_uploads, prefix)
+    artifacts = await asyncio.to_thread(
+        publish_artifacts, ctx.buckets, prefix, ctx.now(), retention, rendered
+    )
+    await writer.enter(
+        phase,
+        reason,
+        f"{message}; {analyzed}" + (f"; notes: {'; '.join(notes)}" if notes else ""),
+        conditions=verdict + ((rendered.condition,) if rendered.condition else ()),
+        artifacts=artifacts,
+    )
