@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 # Re-install only when the dependency pins change.
 VENV_STAMP := $(VENV)/.stepscope-installed
 
-.PHONY: venv binaries node-deps node-images crds test test-unit test-realnode demo demo-process bench gpu-check lint clean-instance
+.PHONY: venv binaries node-deps node-images crds docs-examples test test-unit test-realnode demo demo-process bench gpu-check lint clean-instance
 
 venv: $(VENV_STAMP)
 
@@ -33,8 +33,9 @@ crds: venv
 # built here rather than inside a test's time limit. Where the packages cannot be installed it
 # says why and builds no images; the real node's tests then skip with the same error, and the
 # e2e tier runs its pods on the process pod runner, warning with it.
+# Fails when it builds no image; STEPSCOPE_E2E_NODE=process (no real node asked for) builds none.
 node-images: venv binaries
-	$(PY) -m stepscope_dev.cli build --node real
+	$(PY) -m stepscope_dev.cli build --node $${STEPSCOPE_E2E_NODE:-real}
 
 # The e2e tier runs its pods on the real node (tests/e2e/e2e_platform.py; STEPSCOPE_E2E_NODE=process
 # puts them on the process pod runner); the node's own tests run under test-realnode, to keep
@@ -64,6 +65,11 @@ bench: venv binaries
 # tier (bench/gpu_check.py; exits 77 and says why on a machine without one).
 gpu-check: venv
 	$(PY) bench/gpu_check.py
+
+# The README's describe block, from the current analysis through real kubectl (a local control
+# plane for the moment it takes); tests/integration/api/test_readme_describe.py checks it.
+docs-examples: venv binaries
+	$(PY) -m stepscope_dev.describe_example
 
 lint: venv
 	$(VENV)/bin/ruff check stepscope operator agent_image dev tests bench

@@ -38,21 +38,19 @@ def local_cluster(tmp_path_factory):
 
 
 # A real node (kubelet, containerd, runc) on its own control plane, one per module that asks for
-# it (tests/integration/realnode/, tests/e2e/test_session_on_real_node.py). The tests are skipped
-# only when the container runtime itself cannot start on this machine (its Debian packages cannot
-# be installed, or containerd exits at start); the skip reason carries the exact error. Any later
-# failure (an image that does not build, a kubelet that never reports Ready) fails the tests:
-# that is the harness's bug to fix.
+# it (tests/integration/realnode/, tests/e2e/test_session_on_real_node.py). Where the container
+# runtime cannot start on this machine (its Debian packages cannot be installed, or containerd
+# exits at start) the tests fail with the exact error; so does any later failure (an image that
+# does not build, a kubelet that never reports Ready), which is the harness's bug to fix.
 @pytest.fixture(scope="module")
-def real_node_cluster(tmp_path_factory):
-    from stepscope_dev.realnode.node import RuntimeUnavailable
-    from support.real_node import node_cluster
+def real_node_cluster(request, tmp_path_factory):
+    from support.real_node import ENV_NODE, node_choice, required_node_cluster
 
-    try:
-        with node_cluster(tmp_path_factory.mktemp("realnode")) as (cluster, node):
-            yield cluster, node
-    except RuntimeUnavailable as error:
-        pytest.skip(f"the container runtime cannot start here: {error}")
+    if node_choice() == "process":
+        pytest.skip(f"{ENV_NODE}=process asks for no real node")
+    root = tmp_path_factory.mktemp("realnode")
+    with required_node_cluster(root, request.node.nodeid) as (cluster, node):
+        yield cluster, node
 
 
 @pytest.fixture(scope="module")
@@ -70,3 +68,23 @@ def demo_platform(real_node_cluster):
     finally:
         trainer_operator.terminate()
         trainer_operator.wait(timeout=30)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """A run that put the e2e tier's pods on the process pod runner says so at its end, where a
+    reader of a green run looks: no container was started for those tests."""
+    from support.real_node import ENV_NODE, node_choice
+
+    ran_e2e = any(
+        "tests/e2e/" in report.nodeid
+        for reports in terminalreporter.stats.values()
+        for report in reports
+        if hasattr(report, "nodeid")
+    )
+    if ran_e2e and node_choice() == "process":
+        terminalreporter.write_sep(
+            "=",
+            f"{ENV_NODE}=process: the e2e tier ran its pods on the process pod runner, "
+            "not on the real node (no container was started)",
+            yellow=True,
+        )

@@ -1,5 +1,5 @@
-"""Fixtures for the e2e tests: the local control plane with its real node (or, where it cannot
-run, the process pod runner; see e2e_platform.py), the Kubeflow training operator, the stepscope
+"""Fixtures for the e2e tests: the local control plane with its real node (or, asked for by
+name, the process pod runner; see e2e_platform.py), the Kubeflow training operator, the stepscope
 CRDs and operator, and PyTorchJobs whose pods carry the agent exactly as the injection webhook
 would add it.
 
@@ -11,12 +11,11 @@ from __future__ import annotations
 import json
 import subprocess
 import uuid
-import warnings
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from e2e_platform import E2EPlatform, node_choice, stop_audited_operator
+from e2e_platform import E2EPlatform, stop_audited_operator
 from support import wait_until
 from support.operator_helpers import (
     AGENT_KEYRING,
@@ -51,30 +50,24 @@ def pod_runner_cluster(local_cluster) -> Iterator[Any]:
 
 @pytest.fixture(scope="session")
 def e2e_platform(request, tmp_path_factory) -> Iterator[E2EPlatform]:
-    """The real node with the training operator and the CRDs; the pod runner's cluster when
-    ``STEPSCOPE_E2E_NODE=process`` or when the container runtime cannot start here."""
-    from stepscope_dev.realnode.node import RuntimeUnavailable
+    """The real node with the training operator and the CRDs; the pod runner's cluster only
+    when ``STEPSCOPE_E2E_NODE=process`` asks for it. A node that cannot start fails the tier."""
     from stepscope_dev.training_operator import start_training_operator
-    from support.real_node import node_cluster
+    from support.real_node import ENV_NODE, node_choice, required_node_cluster
 
     if node_choice() == "process":
         yield E2EPlatform(
-            request.getfixturevalue("pod_runner_cluster"), None, "STEPSCOPE_E2E_NODE=process"
+            request.getfixturevalue("pod_runner_cluster"), None, f"{ENV_NODE}=process"
         )
         return
-    try:
-        with node_cluster(tmp_path_factory.mktemp("e2e-node")) as (cluster, node):
-            cluster.kubectl("apply", "-f", str(REPO_ROOT / "crds"))
-            trainer_operator = start_training_operator(cluster, die_with_parent=True)
-            try:
-                yield E2EPlatform(cluster, node)
-            finally:
-                _stop(trainer_operator)
-            return
-    except RuntimeUnavailable as error:
-        why = f"the container runtime cannot start here: {error}"
-    warnings.warn(f"the e2e tier's pods run on the process pod runner: {why}", stacklevel=1)
-    yield E2EPlatform(request.getfixturevalue("pod_runner_cluster"), None, why)
+    root = tmp_path_factory.mktemp("e2e-node")
+    with required_node_cluster(root, "the e2e tier") as (cluster, node):
+        cluster.kubectl("apply", "-f", str(REPO_ROOT / "crds"))
+        trainer_operator = start_training_operator(cluster, die_with_parent=True)
+        try:
+            yield E2EPlatform(cluster, node)
+        finally:
+            _stop(trainer_operator)
 
 
 def _create_namespace(platform: E2EPlatform, *, agent_config_map: bool) -> str:

@@ -11,16 +11,16 @@ imports, and reaches the agents at their pod addresses on the node's bridge. The
 at the bridge address, so that is the storage endpoint the agents trust and the one the
 operator's grants name.
 
-The process pod runner is used when ``STEPSCOPE_E2E_NODE=process`` asks for it, or when the
-container runtime cannot start on this machine (its packages cannot be installed, or containerd
-exits at start): then the run warns once, with the exact error.
+The process pod runner is used only when ``STEPSCOPE_E2E_NODE=process`` asks for it by name,
+and the run's summary then says so. Where the container runtime cannot start on this machine
+(its packages cannot be installed, or containerd exits at start), the tier fails with the exact
+error: it never passes without the node it claims.
 """
 
 from __future__ import annotations
 
 import copy
 import json
-import os
 import shutil
 import sys
 import tempfile
@@ -37,19 +37,10 @@ from support.operator_helpers import (
     raw_trace_imports,
 )
 
-ENV_NODE = "STEPSCOPE_E2E_NODE"
-NODE_CHOICES = ("real", "process")
 SCRIPT_CONFIG_MAP = "e2e-ddp-job"
 SCRIPT_DIR = "/workspace"
 SCRIPT_VOLUME = "e2e-ddp-job"
 DDP_JOB = Path(__file__).with_name("ddp_job.py")
-
-
-def node_choice() -> str:
-    choice = os.environ.get(ENV_NODE, "real")
-    if choice not in NODE_CHOICES:
-        raise ValueError(f"{ENV_NODE}={choice!r}: use one of {', '.join(NODE_CHOICES)}")
-    return choice
 
 
 @dataclass(frozen=True)

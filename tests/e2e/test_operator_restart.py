@@ -35,7 +35,7 @@ def test_restart_mid_window_resumes_to_a_final_phase(e2e_platform, namespace, op
             "Armed",
             interval=0.3,
         )
-    except AssertionError as missed:
+    except TimeoutError as missed:
         raise AssertionError(
             f"{missed}; session: {get_session(cluster, namespace, 'crash-profile')}\n"
             f"operator log: {operator_process.logs()[-4000:]}"
