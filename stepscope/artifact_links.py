@@ -20,12 +20,24 @@ from stepscope.storage import RankArtifact, SessionArtifact
 API_VERSION = "v1"
 """First segment of the endpoint's paths; a change of the reply shape gets a new one."""
 
-# The plan record is the operator's own restart state (pod addresses, capture id), not a
-# result; every other file of the layout is what a user profiled the job to see.
-READABLE_SESSION_ARTIFACTS: tuple[SessionArtifact, ...] = tuple(
-    a for a in SessionArtifact if a is not SessionArtifact.PLAN
+# Named one by one, so a file added to the layout is unreadable until it is listed here (and in
+# docs/security.md, "What the links cover", which a test compares). Never readable: the plan
+# records (the operator's restart state with pod addresses and capture id, and the analysis
+# Job's plan, whose upload grants would let a reader overwrite the report) and the Job's answer
+# to the operator.
+READABLE_SESSION_ARTIFACTS: tuple[SessionArtifact, ...] = (
+    SessionArtifact.REPORT,
+    SessionArtifact.SUMMARY,
+    SessionArtifact.MERGED_TRACE,
+    SessionArtifact.HANG_REPORT,
 )
-READABLE_RANK_ARTIFACTS: tuple[RankArtifact, ...] = tuple(RankArtifact)
+READABLE_RANK_ARTIFACTS: tuple[RankArtifact, ...] = (
+    RankArtifact.TRACE,
+    RankArtifact.SUMMARY,
+    RankArtifact.COUNTERS,
+    RankArtifact.STEPS,
+    RankArtifact.HANG_DUMP,
+)
 
 _RANK_KEY = re.compile(r"rank-(0|[1-9]\d{0,6})/(?P<file>[^/]+)")
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from stepscope.api.hang_dump import Collective, RankDump
+from stepscope.api.hang_dump import Collective, GroupInfo, RankDump
 from stepscope.api.hang_status import HangKind
 from stepscope.hang.stacks import most_common, stuck_at, waiting_in
 from stepscope.rank_ranges import rank_ranges
@@ -92,8 +92,13 @@ def attribute_hang(
     """The verdict for one job from its ranks' dumps (one per rank, digests or full)."""
     by_rank = {d.rank: d for d in dumps}
     placement = placement or {}
+    # One pass over every dump builds each group's view: group names are the tenant's, so a
+    # rescan per name would be quadratic in what a hostile trainer writes.
+    views = _views(by_rank)
     verdicts = [
-        v for g in _group_names(dumps) if (v := _judge_group(g, by_rank, placement)) is not None
+        v
+        for g in _group_names(views)
+        if (v := _judge_group(g, views[g], by_rank, placement)) is not None
     ]
     if verdicts:
         # The divergence entered first caused the others; unknown times sort last.
@@ -101,26 +106,42 @@ def attribute_hang(
     return _outside_collectives(by_rank)
 
 
-def _group_names(dumps: list[RankDump]) -> list[str]:
-    names = {c.group for d in dumps for c in d.collectives} | {
-        g.name for d in dumps for g in d.groups
+def _group_names(views: dict[str, _Ranks | None]) -> list[str]:
+    return sorted(views, key=lambda n: (not n.isdigit(), int(n) if n.isdigit() else 0, n))
+
+
+def _views(by_rank: dict[int, RankDump]) -> dict[str, _Ranks | None]:
+    """Every group's view, from one pass over the dumps (None: no known rank is in it)."""
+    listed: dict[str, Counter] = {}
+    infos: dict[str, dict[int, GroupInfo]] = {}
+    owns: dict[str, dict[int, dict[int, Collective]]] = {}
+    for rank, dump in by_rank.items():
+        for info in dump.groups:
+            if info.ranks:
+                listed.setdefault(info.name, Counter())[tuple(info.ranks)] += 1
+            infos.setdefault(info.name, {}).setdefault(rank, info)
+        for c in dump.collectives:
+            owns.setdefault(c.group, {}).setdefault(rank, {})[c.seq] = c
+    names = set(infos) | set(owns)
+    return {
+        name: _view(by_rank, listed.get(name), infos.get(name, {}), owns.get(name, {}))
+        for name in names
     }
-    return sorted(names, key=lambda n: (not n.isdigit(), int(n) if n.isdigit() else 0, n))
 
 
-def _view(group: str, by_rank: dict[int, RankDump]) -> _Ranks | None:
-    listed = Counter(
-        tuple(g.ranks) for d in by_rank.values() for g in d.groups if g.name == group and g.ranks
-    )
+def _view(
+    by_rank: dict[int, RankDump],
+    listed: Counter | None,
+    infos: dict[int, GroupInfo],
+    owns: dict[int, dict[int, Collective]],
+) -> _Ranks | None:
     entries: dict[int, dict[int, Collective]] = {}
     last, completed = {}, {}
-    for rank, dump in by_rank.items():
+    for rank in sorted(infos.keys() | owns.keys()):
+        dump = by_rank[rank]
         if not (dump.answered and dump.flight_recorder):
             continue
-        info = next((g for g in dump.groups if g.name == group), None)
-        own = {c.seq: c for c in dump.collectives if c.group == group}
-        if info is None and not own:
-            continue
+        info, own = infos.get(rank), owns.get(rank, {})
         entries[rank] = own
         last[rank] = max([*own, (info.last_enqueued if info else None) or 0])
         done = [c.seq for c in own.values() if c.retired]
@@ -133,9 +154,11 @@ def _view(group: str, by_rank: dict[int, RankDump]) -> _Ranks | None:
 
 
 def _judge_group(
-    group: str, by_rank: dict[int, RankDump], placement: dict[int, Placement]
+    group: str,
+    view: _Ranks | None,
+    by_rank: dict[int, RankDump],
+    placement: dict[int, Placement],
 ) -> HangVerdict | None:
-    view = _view(group, by_rank)
     if view is None:
         return None
     known = sorted(view.entries)
@@ -241,8 +264,10 @@ def _unfinished(group, top, view, by_rank, placement) -> HangVerdict | None:
     pending = [r for r in sorted(view.entries) if view.completed[r] < top]
     if not pending or top == 0:
         return None
-    entry = next(view.entries[r][top] for r in pending if top in view.entries[r])
-    label = _label(entry.op_name, top, group)
+    # A rank's last id can lie beyond what its ring (or a digest) still holds: then no entry
+    # says which op it was, and the verdict says so instead of failing.
+    entry = next((view.entries[r][top] for r in pending if top in view.entries[r]), None)
+    label = _label(entry.op_name if entry else "a collective", top, group)
     waiting = _side(pending, by_rank, entry)
     if view.unknown:
         suspects = _suspects(view.unknown, by_rank, placement)
@@ -257,7 +282,7 @@ def _unfinished(group, top, view, by_rank, placement) -> HangVerdict | None:
             headline,
             group,
             top,
-            entry.op_name,
+            entry.op_name if entry else None,
             suspects,
             waiting,
             (_waiting_line(waiting, label),),
@@ -272,7 +297,7 @@ def _unfinished(group, top, view, by_rank, placement) -> HangVerdict | None:
         headline,
         group,
         top,
-        entry.op_name,
+        entry.op_name if entry else None,
         waiting,
         None,
         (_waiting_line(waiting, label),),

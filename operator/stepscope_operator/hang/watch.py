@@ -24,7 +24,12 @@ from stepscope_operator.sessions.status import TARGET_RESOLVED
 from stepscope_operator.sessions.status_writer import StatusWriter
 from stepscope_operator.sessions.target_listing import list_targets
 from stepscope_operator.sessions.view import SessionView
-from stepscope_operator.targets.resolving import InvalidTarget, NoLivePods, RankTarget
+from stepscope_operator.targets.resolving import (
+    InvalidTarget,
+    NoLivePods,
+    RankTarget,
+    TooManyRanks,
+)
 
 
 def progress_of(probes: dict[str, Probe]) -> list[RankProgress]:
@@ -93,6 +98,9 @@ async def run_hang_check(
                 await _no_hang(writer, f"the target's pods are gone ({exc}); no hang was seen")
                 return
             targets = []
+        except TooManyRanks as exc:
+            await writer.fail(Reason.TOO_MANY_RANKS, f"{view.target_text}: {exc}", TARGET_RESOLVED)
+            return
         except InvalidTarget as exc:
             await writer.fail(Reason.TARGET_INVALID, str(exc), TARGET_RESOLVED)
             return

@@ -44,7 +44,7 @@ from stepscope_operator.storage.retention import (
     grants_expire_at,
     record_pending_delete,
 )
-from stepscope_operator.targets.resolving import InvalidTarget, NoLivePods
+from stepscope_operator.targets.resolving import InvalidTarget, NoLivePods, TooManyRanks
 
 log = logging.getLogger(__name__)
 
@@ -195,19 +195,13 @@ async def make_plan(
         except NoLivePods as exc:
             # A job whose pods are not created yet is worth waiting for; bad input is not.
             last_wait = (Reason.WAITING_FOR_PODS, str(exc))
+        except TooManyRanks as exc:
+            await writer.fail(Reason.TOO_MANY_RANKS, f"{view.target_text}: {exc}", TARGET_RESOLVED)
+            return None
         except InvalidTarget as exc:
             await writer.fail(Reason.TARGET_INVALID, str(exc), TARGET_RESOLVED)
             return None
         else:
-            if len(targets) > ctx.settings.max_ranks_per_session:
-                await writer.fail(
-                    Reason.TOO_MANY_RANKS,
-                    f"{view.target_text} has {len(targets)} ranks, more than the operator's "
-                    f"limit of {ctx.settings.max_ranks_per_session} "
-                    "(STEPSCOPE_MAX_RANKS_PER_SESSION)",
-                    TARGET_RESOLVED,
-                )
-                return None
             pod_ips = {t.pod: t.pod_ip for t in targets}
             probing = time.monotonic()
             probes = await probe_agents(ctx.agents(view.namespace), pod_ips)

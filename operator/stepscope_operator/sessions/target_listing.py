@@ -13,10 +13,17 @@ async def list_targets(
     ctx: OperatorContext, view: SessionView, ranks: str | None = None
 ) -> list[RankTarget]:
     """Every rank of the session's target; `ranks` (spec.target.ranks when None) marks which
-    take a full trace."""
+    take a full trace. More ranks than `max_ranks_per_session` raise `TooManyRanks` before any
+    is built."""
     adapter = view.target_adapter
     pods = await ctx.kube.list_pods(view.namespace, adapter.pod_selector(view.target_ref))
     job = None
     if adapter.resource is not None:
         job = await ctx.kube.get_job(adapter.resource, view.namespace, view.target_ref)
-    return resolve_targets(adapter.kind, ranks or view.spec.target.ranks, pods, job)
+    return resolve_targets(
+        adapter.kind,
+        ranks or view.spec.target.ranks,
+        pods,
+        job,
+        max_ranks=ctx.settings.max_ranks_per_session,
+    )

@@ -30,12 +30,18 @@ __all__ = [
     "RankTarget",
     "TargetError",
     "TargetKind",
+    "TooManyRanks",
     "group_by_pod",
     "resolve_targets",
     "select_trace_ranks",
 ]
 
 _FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+class TooManyRanks(InvalidTarget):
+    """The target's pods declare more ranks than one session may profile. Raised from the
+    pods' declared totals, before any per-rank object exists: a pod's env is the tenant's."""
 
 
 class RankTarget(BaseModel):
@@ -55,18 +61,23 @@ def resolve_targets(
     ranks: str,
     pods: Iterable[Mapping[str, Any]],
     job: Mapping[str, Any] | None = None,
+    max_ranks: int | None = None,
 ) -> list[RankTarget]:
     """Map live pods to ranks (sorted by rank) and apply the `spec.target.ranks` selection.
-    `job` is the target's own object (JobSet ranks depend on its shape), when there is one."""
+    `job` is the target's own object (JobSet ranks depend on its shape), when there is one.
+    More than `max_ranks` declared ranks raise `TooManyRanks` before any rank is built."""
     live = sorted((p for p in pods if _is_live(p)), key=lambda p: p["metadata"]["name"])
     if not live:
         raise NoLivePods(
             "no running or pending pods belong to the target; start the job (or fix "
             "spec.target) before profiling it"
         )
+    placed = adapter_for(kind).pod_ranks(live, job)
+    if max_ranks is not None:
+        _refuse_past(max_ranks, live, [nproc for _, nproc in placed])
     by_rank: dict[int, RankTarget] = {}
     created: dict[int, str] = {}
-    for pod, (node_rank, nproc) in zip(live, adapter_for(kind).pod_ranks(live, job), strict=True):
+    for pod, (node_rank, nproc) in zip(live, placed, strict=True):
         for local_rank in range(nproc):
             rank = node_rank * nproc + local_rank
             stamp = pod["metadata"].get("creationTimestamp") or ""
@@ -85,6 +96,18 @@ def resolve_targets(
     targets = [by_rank[r] for r in sorted(by_rank)]
     traced = select_trace_ranks(ranks, targets)
     return [t.model_copy(update={"trace": t.rank in traced}) for t in targets]
+
+
+def _refuse_past(max_ranks: int, pods: list[Mapping[str, Any]], procs: list[int]) -> None:
+    declared = sum(max(n, 0) for n in procs)
+    if declared <= max_ranks:
+        return
+    most, pod = max(zip(procs, pods, strict=True), key=lambda pair: pair[0])
+    raise TooManyRanks(
+        f"the target's {len(pods)} pod(s) declare {declared} ranks (pod "
+        f"{pod['metadata']['name']} alone runs {most}, from its PET_NPROC_PER_NODE), more than "
+        f"the operator's limit of {max_ranks} (STEPSCOPE_MAX_RANKS_PER_SESSION)"
+    )
 
 
 def select_trace_ranks(ranks: str, targets: list[RankTarget]) -> set[int]:

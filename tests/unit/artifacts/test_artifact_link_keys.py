@@ -1,8 +1,12 @@
 """Which keys a session's readers get links to: the layout's result files under the session's
 own folder, and nothing else."""
 
+import re
+from pathlib import Path
+
 from stepscope.artifact_links import (
     READABLE_RANK_ARTIFACTS,
+    READABLE_SESSION_ARTIFACTS,
     ArtifactLinks,
     links_path,
     readable_artifact,
@@ -19,16 +23,35 @@ from stepscope.storage import (
 PREFIX = session_prefix("stepscope", "team-a", "llama", "uid-1")
 
 
+SECURITY_DOC = Path(__file__).resolve().parents[3] / "docs" / "security.md"
+
+
 def test_every_result_file_of_the_layout_is_readable():
-    keys = [session_key(PREFIX, a) for a in SessionArtifact if a is not SessionArtifact.PLAN]
+    keys = [session_key(PREFIX, a) for a in READABLE_SESSION_ARTIFACTS]
     keys += [rank_key(PREFIX, r, a) for r in (0, 1) for a in READABLE_RANK_ARTIFACTS]
     names = [readable_artifact(PREFIX, k) for k in keys]
     assert names == [k.removeprefix(PREFIX) for k in keys]
     assert "rank-1/trace.json.gz" in names and "report.html" in names
 
 
-def test_the_plan_record_is_not_a_result():
-    assert readable_artifact(PREFIX, session_key(PREFIX, SessionArtifact.PLAN)) is None
+def test_the_plan_records_and_the_jobs_answer_are_not_results():
+    """analysis-plan.json holds the analysis Job's upload grants for the report: a reader who
+    got it could overwrite what every other reader sees."""
+    for internal in (
+        SessionArtifact.PLAN,
+        SessionArtifact.ANALYSIS_PLAN,
+        SessionArtifact.ANALYSIS_RESULT,
+    ):
+        assert readable_artifact(PREFIX, session_key(PREFIX, internal)) is None, internal
+
+
+def test_the_allow_list_is_exactly_what_the_security_doc_lists():
+    text = SECURITY_DOC.read_text(encoding="utf-8")
+    covered = text.split("**What the links cover**", 1)[1].split("Not the operator's", 1)[0]
+    session_files = set(re.findall(r"`([a-z.-]+\.[a-z]+)`", covered))
+    rank_files = set(re.search(r"`rank-<r>/\{([^}]*)\}`", covered).group(1).split(","))
+    assert session_files == {a.value for a in READABLE_SESSION_ARTIFACTS}
+    assert rank_files == {a.value for a in READABLE_RANK_ARTIFACTS}
 
 
 def test_keys_of_other_sessions_are_never_readable():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from stepscope.api.hang_dump import Collective, Frame, GroupInfo, RankDump, ThreadStack
 from stepscope.api.hang_status import HangKind
 from stepscope.hang.attribution import Placement, attribute_hang
@@ -186,3 +188,37 @@ def test_digests_reach_the_same_verdict_as_full_dumps():
 def test_no_usable_dump_says_so():
     verdict = attribute_hang([dump(r, [], answered=False) for r in range(2)])
     assert verdict.kind == HangKind.NO_EVIDENCE
+
+
+def test_a_last_id_beyond_what_the_rings_hold_gives_a_verdict_not_an_exception():
+    """Honest dumps can say a rank entered #20 while its ring (or digest) ends at #12: every
+    rank is then behind on entries but not on ids, and the verdict names the id without an op."""
+    dumps = []
+    for rank in range(4):
+        one = dump(rank, range(1, 13), retired_upto=12)
+        info = one.groups[0].model_copy(update={"last_enqueued": 20, "last_completed": 12})
+        dumps.append(one.model_copy(update={"groups": [info]}))
+    verdict = attribute_hang(dumps)
+    assert verdict.kind == HangKind.NEVER_COMPLETED
+    assert (verdict.group, verdict.seq, verdict.op) == ("0", 20, None)
+    assert "a collective #20 (pg 0)" in verdict.headline
+
+
+@pytest.mark.timeout(120)
+def test_unique_group_names_cost_one_pass_not_one_pass_per_name():
+    """Group names are the tenant's: 64 ranks whose 2,048 collectives each name a new group
+    (131,072 names) took about half an hour when every name rescanned every dump; indexed
+    once, it is seconds (the timeout fails the quadratic walk)."""
+    dumps = []
+    for rank in range(64):
+        collectives = [
+            Collective(group=f"g{rank}-{n}", seq=1, op="gloo:all_reduce", retired=False)
+            for n in range(2048)
+        ]
+        dumps.append(
+            RankDump(
+                rank=rank, answered=True, flight_recorder=True, step=1, collectives=collectives
+            )
+        )
+    verdict = attribute_hang(dumps)
+    assert verdict.kind == HangKind.NEVER_COMPLETED

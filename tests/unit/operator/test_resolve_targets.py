@@ -1,4 +1,5 @@
 import pytest
+from stepscope_operator.targets import resolving
 from stepscope_operator.targets.kinds import adapter_for
 from stepscope_operator.targets.resolving import (
     InvalidTarget,
@@ -6,6 +7,7 @@ from stepscope_operator.targets.resolving import (
     RankTarget,
     TargetError,
     TargetKind,
+    TooManyRanks,
     group_by_pod,
     resolve_targets,
 )
@@ -169,3 +171,27 @@ def test_selectors_and_grouping():
         "p0": [0, 1],
         "p1": [2, 3],
     }
+
+
+def test_a_pod_declaring_absurd_ranks_is_refused_before_any_rank_is_built(monkeypatch):
+    """A pod's env is the tenant's: an absurd PET_NPROC_PER_NODE must cost a sum, not one object
+    per declared rank. The refusal names the pod, its count, the total and the limit."""
+    built = []
+    monkeypatch.setattr(resolving, "RankTarget", lambda **fields: built.append(fields))
+    env = [{"name": "PET_NPROC_PER_NODE", "value": "100000"}]
+    pods = [ptj_pod("llama-master-0", "master", 0), ptj_pod("llama-worker-0", "worker", 0, env=env)]
+    with pytest.raises(TooManyRanks) as refused:
+        resolve_targets("pytorchJob", "all", pods, max_ranks=1024)
+    assert built == []
+    message = str(refused.value)
+    assert "llama-worker-0 alone runs 100000" in message
+    assert "declare 100001 ranks" in message
+    assert "limit of 1024 (STEPSCOPE_MAX_RANKS_PER_SESSION)" in message
+
+
+def test_ranks_up_to_the_limit_are_resolved():
+    env = [{"name": "PET_NPROC_PER_NODE", "value": "4"}]
+    pods = [ptj_pod(f"llama-worker-{i}", "worker", i, env=env) for i in range(2)]
+    assert len(resolve_targets("pytorchJob", "all", pods, max_ranks=8)) == 8
+    with pytest.raises(TooManyRanks, match="declare 8 ranks"):
+        resolve_targets("pytorchJob", "all", pods, max_ranks=7)
