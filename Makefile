@@ -41,7 +41,7 @@ node-images: venv binaries
 # puts them on the process pod runner); the node's own tests run under test-realnode, to keep
 # this one inside CI's time.
 test: venv binaries node-images
-	$(VENV)/bin/pytest -ra --ignore=tests/integration/realnode
+	$(VENV)/bin/pytest -ra --durations=15 --ignore=tests/integration/realnode
 
 test-unit: venv
 	$(VENV)/bin/pytest -ra tests/unit

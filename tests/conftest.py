@@ -71,9 +71,17 @@ def demo_platform(real_node_cluster):
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    """A run that put the e2e tier's pods on the process pod runner says so at its end, where a
-    reader of a green run looks: no container was started for those tests."""
+    """The run's time by tier, and, where a run put the e2e tier's pods on the process pod runner,
+    a line saying so at its end, where a reader of a green run looks."""
     from support.real_node import ENV_NODE, node_choice
+    from support.tier_times import tier_table, tier_times
+
+    every_report = [r for reports in terminalreporter.stats.values() for r in reports]
+    times = tier_times(every_report)
+    if times:
+        terminalreporter.write_sep("=", "time by tier")
+        for row in tier_table(times):
+            terminalreporter.write_line(row)
 
     ran_e2e = any(
         "tests/e2e/" in report.nodeid

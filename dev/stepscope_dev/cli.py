@@ -26,14 +26,29 @@ def _load(instance: Path) -> LocalCluster:
     return LocalCluster.load(instance)
 
 
+def ensure_controllers(bin_dir: Path) -> None:
+    """The training operators the tests and the demo run (Kubeflow's training operator, JobSet,
+    Trainer v2), built here so that no test pays for a Go build."""
+    from stepscope_dev.jobset_controller import ensure_jobset_controller
+    from stepscope_dev.trainer_controller import ensure_trainer_controller
+    from stepscope_dev.training_operator import ensure_training_operator
+
+    for ensure in (ensure_training_operator, ensure_jobset_controller, ensure_trainer_controller):
+        print(ensure(bin_dir))
+
+
 def cmd_build(args: argparse.Namespace) -> int:
     if args.node != "real":
-        print(build.ensure_binaries())
+        bin_dir = build.ensure_binaries()
+        print(bin_dir)
+        ensure_controllers(bin_dir)
         return 0
     from stepscope_dev.realnode.images import build_node_images
     from stepscope_dev.realnode.packages import ensure_packages
 
-    print(build.ensure_node_binaries())
+    bin_dir = build.ensure_node_binaries()
+    print(bin_dir)
+    ensure_controllers(bin_dir)
     try:
         ensure_packages()
     except RuntimeError as error:
@@ -128,7 +143,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True)
     for name, handler, help_text in (
-        ("build", cmd_build, "build every binary from its Go module (cached)"),
+        (
+            "build",
+            cmd_build,
+            "build every binary and training operator from its Go module (cached)",
+        ),
         ("up", cmd_up, "build what is missing and start the control plane and S3"),
         ("down", cmd_down, "stop every process the instance started"),
         ("env", cmd_env, "print the KUBECONFIG and S3 settings to export"),

@@ -71,6 +71,7 @@ def test_node_images_fail_when_the_runtime_cannot_be_installed(monkeypatch, tmp_
         raise RuntimeError(MISSING_RUNC)
 
     monkeypatch.setattr(build, "ensure_node_binaries", lambda: tmp_path)
+    monkeypatch.setattr(cli, "ensure_controllers", lambda bin_dir: None)
     monkeypatch.setattr(packages, "ensure_packages", refuse)
     with pytest.raises(SystemExit) as stopped:
         cli.main(["build", "--node", "real"])

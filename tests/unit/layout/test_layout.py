@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -60,11 +61,49 @@ def test_the_operator_top_level_holds_only_shared_modules() -> None:
 def test_the_import_contracts_hold() -> None:
     lint_imports = Path(sys.executable).with_name("lint-imports")
     result = subprocess.run(
-        [str(lint_imports), "--config", str(ROOT / "pyproject.toml")],
+        [str(lint_imports), str(ROOT / "pyproject.toml")],
         cwd=ROOT, capture_output=True, text=True, check=False, timeout=300,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout[-4000:]
     assert "0 broken" in result.stdout
+
+
+# A violation of each kind, written into a copy of the packages: lint-imports must name it.
+VIOLATIONS = {
+    "the core imports the operator": (
+        "stepscope/api/base.py",
+        "import stepscope_operator.settings",
+        "The core imports neither the operator",
+    ),
+    "a cycle between sibling modules": (
+        "operator/stepscope_operator/sessions/view.py",
+        "import stepscope_operator.sessions.flow",
+        "No cycles among sibling packages and modules",
+    ),
+}
+
+
+@pytest.mark.parametrize("violation", VIOLATIONS, ids=list(VIOLATIONS))
+def test_a_forbidden_import_or_a_cycle_breaks_the_contracts(tmp_path: Path, violation) -> None:
+    module, line, contract = VIOLATIONS[violation]
+    for folder in ("stepscope", "operator", "agent_image", "dev"):
+        shutil.copytree(
+            ROOT / folder, tmp_path / folder, ignore=shutil.ignore_patterns("__pycache__")
+        )
+    with (tmp_path / module).open("a", encoding="utf-8") as source:
+        source.write(f"\n{line}  # noqa: E402, F401\n")
+    # The copies come first on the path, so lint-imports reads them, not the installed tree.
+    path = [tmp_path, tmp_path / "operator", tmp_path / "agent_image", tmp_path / "dev"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, path))}
+    lint_imports = Path(sys.executable).with_name("lint-imports")
+    result = subprocess.run(
+        [str(lint_imports), str(ROOT / "pyproject.toml"), "--no-cache"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, check=False, timeout=300,
+    )  # fmt: skip
+    assert result.returncode != 0, result.stdout[-2000:]
+    # lint-imports wraps long contract names; the rest of a name up to its verdict is lowercase.
+    flat = " ".join(result.stdout.split())
+    assert re.search(re.escape(contract) + "[^A-Z]*BROKEN", flat), result.stdout[-4000:]
 
 
 def test_the_product_runs_without_the_dev_harness(tmp_path: Path) -> None:

@@ -1,0 +1,38 @@
+"""Where a run's time went, by tier (tests/<tier>/...): how many tests and how many seconds,
+setup and teardown included, so a session fixture's cluster start counts in its tier."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from typing import Any
+
+
+def tier_of(nodeid: str) -> str | None:
+    parts = nodeid.split("/")
+    return parts[1] if len(parts) > 2 and parts[0] == "tests" else None
+
+
+def tier_times(reports: Iterable[Any]) -> dict[str, tuple[int, float]]:
+    """{tier: (tests, seconds)} from pytest's test reports. A test counts once: at its call,
+    or at its setup when that failed or skipped it."""
+    tests: dict[str, int] = defaultdict(int)
+    seconds: dict[str, float] = defaultdict(float)
+    for report in reports:
+        tier = tier_of(getattr(report, "nodeid", ""))
+        when = getattr(report, "when", None)
+        if tier is None or when is None:
+            continue
+        seconds[tier] += report.duration
+        if when == "call" or (when == "setup" and not report.passed):
+            tests[tier] += 1
+    return {tier: (tests[tier], seconds[tier]) for tier in sorted(seconds)}
+
+
+def tier_table(times: dict[str, tuple[int, float]]) -> list[str]:
+    rows = [f"{'tier':<14}{'tests':>7}{'seconds':>10}"]
+    rows += [f"{tier:<14}{n:>7}{s:>10.1f}" for tier, (n, s) in times.items()]
+    total_tests = sum(n for n, _ in times.values())
+    total_seconds = sum(s for _, s in times.values())
+    rows.append(f"{'total':<14}{total_tests:>7}{total_seconds:>10.1f}")
+    return rows
