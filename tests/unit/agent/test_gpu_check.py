@@ -46,6 +46,21 @@ def test_without_a_gpu_the_script_exits_with_the_skip_status():
     assert done.stdout.startswith("SKIP: ")
 
 
+def test_an_nvml_failure_on_a_cuda_machine_is_not_a_reason_to_skip(monkeypatch):
+    """NVML is part of what the check checks: on a machine with a CUDA device its failure must
+    fail the run (no counters), never turn into a skip."""
+    import torch
+
+    class BrokenNvml:
+        @staticmethod
+        def nvmlInit():
+            raise RuntimeError("NVML Shared Library Not Found")
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setitem(sys.modules, "pynvml", BrokenNvml)
+    assert gpu_check.gpu_unavailable() is None
+
+
 def counters():
     return rank_counter_stats(record_counters([[a100_reading()]] * 5), trace_devices=[0])
 
