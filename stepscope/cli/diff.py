@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 from pydantic import ValidationError
 
 from stepscope.analysis.model.job_summary import JobSummary
+from stepscope.cli.analyze import analyze
 from stepscope.storage import SessionArtifact
 
 if TYPE_CHECKING:
@@ -97,9 +98,6 @@ def load_job(spec: str, work_dir: Path) -> JobSummary:
             return _parse((path / SUMMARY).read_bytes(), str(path / SUMMARY))
         if not path.exists():
             raise DiffInputError(f"{spec}: no such file or folder")
-    # Imported here: the CLI module imports this one for its sub-command.
-    from stepscope.cli.analyze import analyze
-
     results = analyze(spec, work_dir)
     if len(results) != 1:
         raise DiffInputError(
