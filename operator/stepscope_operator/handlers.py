@@ -25,7 +25,7 @@ from stepscope.api.session import GROUP, VERSION
 from stepscope_operator.context import OperatorContext
 from stepscope_operator.errors import describe_exception
 from stepscope_operator.kubeapi import KubeApi, load_api_client
-from stepscope_operator.metrics import serve_metrics
+from stepscope_operator.metrics import forget_schedule, forget_session, serve_metrics
 from stepscope_operator.schedules.flow import reconcile_schedule
 from stepscope_operator.session_modes import run_session
 from stepscope_operator.sessions.flow import cleanup_session
@@ -189,6 +189,9 @@ async def session_delete(
     raw = copy.deepcopy(dict(body))
     retain = (body.metadata.annotations or {}).get(RETAIN_ANNOTATION) == "true"
     try:
+        # The session's series go first, whatever storage does next.
+        view = SessionView.from_body(raw)
+        forget_session(view.namespace, view.name, view.spec.target)
         logger.info(await cleanup_session(ctx, raw, retain))
     except Exception as exc:
         delay = cleanup_delay(retry)
@@ -256,3 +259,11 @@ async def session_expiry(
 async def schedule_tick(body: kopf.Body, memo: kopf.Memo, logger: logging.Logger, **_: Any) -> None:
     """Create due sessions, prune history and judge finished sessions for regressions."""
     logger.info(await reconcile_schedule(memo.ctx, copy.deepcopy(dict(body))))
+
+
+# The timer above already makes kopf hold its finalizer on every schedule, so this handler
+# adds no wait to a deletion; the schedule's sessions go by their owner references.
+@kopf.on.delete(GROUP, VERSION, "profileschedules")
+async def schedule_delete(body: kopf.Body, **_: Any) -> None:
+    """A deleted schedule's series go with it (metrics.py says why)."""
+    forget_schedule(body.metadata.namespace, body.metadata.name)

@@ -1,14 +1,22 @@
 """Prometheus metrics: how sessions end, and the regressions schedules find.
 
-Served on STEPSCOPE_METRICS_PORT (9090 unless set; 0 turns it off). Labels stay bounded:
-namespace, schedule, phase and verdict, never session names (one new series per session
-would grow forever).
+Served on STEPSCOPE_METRICS_PORT (9090 unless set; 0 turns it off). Every label value is a
+Kubernetes object name (a namespace, a schedule, a job as kind/name) or a word from a fixed
+vocabulary (phase, verdict, quantile, category, call): never a selector or other text a tenant
+writes freely, which would both leak it to every scraper and add series without bound. A
+schedule's series go when the schedule is deleted, and a target's when the session that last
+wrote them is (`forget_schedule`, `forget_session`), so the series count follows the objects
+that exist.
 """
 
 from __future__ import annotations
 
+import re
+
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
+from stepscope.api.rules import NAME_MAX_LENGTH, NAME_PATTERN
+from stepscope.api.session import TargetKind, TargetSpec
 from stepscope.api.session_status import ProfileSessionStatus
 
 SESSIONS_FINISHED = Counter(
@@ -33,7 +41,8 @@ LAST_STEP_TIME_DELTA = Gauge(
 )
 
 
-# Per target: a job's name is one series however many sessions profile it.
+# Per target: a job's name is one series however many sessions profile it; a pod selector
+# names no object, so its session's own name stands for it (`target_label`).
 SESSION_STEP_TIME = Gauge(
     "stepscope_session_step_time_seconds",
     "Step time of the target's newest finished session, by quantile (0.5, 0.95).",
@@ -74,11 +83,38 @@ AGENT_CALL_FAILURES = Counter(
 )
 
 _CATEGORIES = ("compute", "exposed_communication", "data_loading", "host_overhead", "idle")
+_SCHEDULE_SERIES = (REGRESSIONS, VERDICTS, LAST_STEP_TIME_DELTA)
+_TARGET_SERIES = (SESSION_STEP_TIME, SESSION_BREAKDOWN)
+# Which session last wrote each target's series, by (namespace, target label): deleting that
+# session removes them. Process memory, like the series themselves.
+_TARGET_WRITERS: dict[tuple[str, str], str] = {}
 
 
-def record_finished_session(namespace: str, target: str, status: ProfileSessionStatus) -> None:
+def name_label(value: str) -> str:
+    """`value` as a label value, refused unless it is a Kubernetes object name."""
+    if len(value) > NAME_MAX_LENGTH or not re.fullmatch(NAME_PATTERN, value):
+        raise ValueError(
+            f"{value[:64]!r} is not a Kubernetes object name; metric labels hold object names "
+            "only, so a selector or free text never reaches a scraper"
+        )
+    return value
+
+
+def target_label(session: str, target: TargetSpec) -> str:
+    """The target as a label value made of object names only: ``pytorchjob/llama`` for a
+    named job, ``profilesession/<session>`` for a pod selector (whose labels are the tenant's
+    text, and unique selectors would add series forever)."""
+    if target.kind is TargetKind.POD_SELECTOR:
+        return f"profilesession/{name_label(session)}"
+    return f"{target.kind.value.lower()}/{name_label(target.ref)}"
+
+
+def record_finished_session(
+    namespace: str, session: str, target: TargetSpec, status: ProfileSessionStatus
+) -> None:
     """The numbers of a session that reached a final phase; what it did not measure stays
     unset rather than written as 0."""
+    namespace, target = name_label(namespace), target_label(session, target)
     summary = status.summary
     if summary is not None and summary.step_time_ms is not None:
         for quantile, value in (
@@ -86,13 +122,31 @@ def record_finished_session(namespace: str, target: str, status: ProfileSessionS
             ("0.95", summary.step_time_ms.p95),
         ):
             SESSION_STEP_TIME.labels(namespace, target, quantile).set(value / 1000.0)
+        _TARGET_WRITERS[namespace, target] = session
     if summary is not None and summary.breakdown is not None:
         for category in _CATEGORIES:
             share = getattr(summary.breakdown, category) / 100.0
             SESSION_BREAKDOWN.labels(namespace, target, category).set(share)
+        _TARGET_WRITERS[namespace, target] = session
     stored = status.artifacts.size_bytes if status.artifacts is not None else None
     if stored:
         CAPTURE_BYTES.labels(namespace).inc(stored)
+
+
+def forget_session(namespace: str, session: str, target: TargetSpec) -> None:
+    """On a session's deletion: its target's series, when this session wrote them last."""
+    key = (namespace, target_label(session, target))
+    if _TARGET_WRITERS.get(key) != session:
+        return
+    del _TARGET_WRITERS[key]
+    for metric in _TARGET_SERIES:
+        metric.remove_by_labels({"namespace": namespace, "target": key[1]})
+
+
+def forget_schedule(namespace: str, schedule: str) -> None:
+    """On a schedule's deletion: every series labelled with it."""
+    for metric in _SCHEDULE_SERIES:
+        metric.remove_by_labels({"namespace": namespace, "schedule": schedule})
 
 
 def serve_metrics(port: int, address: str) -> None:

@@ -89,7 +89,9 @@ class StatusWriter:
         )
         if changed and is_final(phase):
             SESSIONS_FINISHED.labels(self.view.namespace, phase).inc()
-            record_finished_session(self.view.namespace, self.view.target_text, self.status)
+            record_finished_session(
+                self.view.namespace, self.view.name, self.view.spec.target, self.status
+            )
         if changed:
             kind, event_reason, event_message = phase_event(phase, ready_message)
             await self.ctx.kube.post_event(self.view.body, kind, event_reason, event_message)

@@ -1,5 +1,6 @@
 """The chart serves the operator's metrics by default: a named port, a Service, a
-NetworkPolicy rule and, when asked for, a ServiceMonitor; settings the operator accepts."""
+NetworkPolicy rule that admits only the monitoring namespace and the listed peers and, when
+asked for, a ServiceMonitor; settings the operator accepts."""
 
 from chart_rendering import by_kind, one, render
 from stepscope_operator.settings import ENV, load_settings
@@ -62,3 +63,35 @@ def test_metrics_off_renders_port_zero_and_no_service(tmp_path):
     assert "metrics" not in {p["name"] for p in container["ports"]}
     assert _metrics_services(objects) == []
     assert load_settings({ENV["metrics_port"]: "0"}).metrics_port == 0
+
+
+def _metrics_rules(objects, port=9090):
+    [policy] = [
+        p for p in by_kind(objects, "NetworkPolicy") if "-agent" not in p["metadata"]["name"]
+    ]
+    return [
+        rule
+        for rule in policy["spec"]["ingress"]
+        if {"port": port, "protocol": "TCP"} in rule["ports"]
+    ]
+
+
+def _namespace_peer(name):
+    return {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": name}}}
+
+
+def test_by_default_only_the_monitoring_namespace_reaches_the_metrics_port(tmp_path):
+    [rule] = _metrics_rules(render(None, tmp_path))
+    assert rule["from"] == [_namespace_peer("monitoring")]
+
+
+def test_explicit_peers_are_added_to_the_monitoring_namespace(tmp_path):
+    prometheus = {"podSelector": {"matchLabels": {"app": "prometheus"}}}
+    values = {"metrics": {"monitoringNamespace": "observability", "from": [prometheus]}}
+    [rule] = _metrics_rules(render(values, tmp_path))
+    assert rule["from"] == [_namespace_peer("observability"), prometheus]
+
+
+def test_no_monitoring_namespace_and_no_peers_admits_no_scraper(tmp_path):
+    values = {"metrics": {"monitoringNamespace": "", "from": []}}
+    assert _metrics_rules(render(values, tmp_path)) == []

@@ -7,6 +7,7 @@ import uuid
 from prometheus_client import REGISTRY
 from stepscope_operator.metrics import record_finished_session
 
+from stepscope.api.session import TargetSpec
 from stepscope.api.session_status import ProfileSessionStatus
 
 
@@ -29,8 +30,9 @@ def test_step_time_breakdown_and_bytes_of_a_finished_session():
         },
         artifacts={"bytes": 81234567},
     )
-    record_finished_session(namespace, "pytorchjob/llama", status)
-    record_finished_session(namespace, "pytorchjob/llama", status)
+    llama = TargetSpec.model_validate({"pytorchJob": "llama"})
+    record_finished_session(namespace, "llama-1", llama, status)
+    record_finished_session(namespace, "llama-2", llama, status)
 
     def value(name, **labels):
         return REGISTRY.get_sample_value(name, {"namespace": namespace, **labels})
@@ -48,7 +50,8 @@ def test_step_time_breakdown_and_bytes_of_a_finished_session():
 
 def test_a_session_without_a_summary_sets_no_gauge():
     namespace = f"ns-{uuid.uuid4().hex[:6]}"
-    record_finished_session(namespace, "pytorchjob/gone", _status(phase="Failed"))
+    gone = TargetSpec.model_validate({"pytorchJob": "gone"})
+    record_finished_session(namespace, "gone-1", gone, _status(phase="Failed"))
     labels = {"namespace": namespace, "target": "pytorchjob/gone", "quantile": "0.5"}
     assert REGISTRY.get_sample_value("stepscope_session_step_time_seconds", labels) is None
     assert (
