@@ -40,8 +40,11 @@ node-images: venv binaries
 # The e2e tier runs its pods on the real node (tests/e2e/e2e_platform.py; STEPSCOPE_E2E_NODE=process
 # puts them on the process pod runner); the node's own tests run under test-realnode, to keep
 # this one inside CI's time.
+# Side by side on TEST_WORKERS workers: the real node's tests on one of them, in order, the other
+# modules spread over the rest (tests/support/parallel.py).
+TEST_WORKERS ?= 4
 test: venv binaries node-images
-	$(VENV)/bin/pytest -ra --durations=15 --ignore=tests/integration/realnode
+	$(VENV)/bin/pytest -ra --durations=15 -n $(TEST_WORKERS) --dist loadgroup
 
 test-unit: venv
 	$(VENV)/bin/pytest -ra tests/unit

@@ -14,6 +14,16 @@ import pytest
 from stepscope_dev.fleet_gpu_traces import SHARED_TRACES_ENV, shared_gpu_traces
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Group the tests for ``pytest -n N --dist loadgroup`` (support/parallel.py); runs before
+    xdist reads the groups."""
+    from support.parallel import xdist_group
+
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(xdist_group(item.nodeid, item.fixturenames)))
+
+
 @pytest.fixture(scope="session")
 def shared_traces() -> Path:
     """The public GPU traces shipped beside the repository in ../shared/traces/gpu."""

@@ -8,14 +8,20 @@ is not rebuilt.
 
 from __future__ import annotations
 
+import fcntl
+import functools
 import json
 import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ParamSpec, TypeVar
 
 from stepscope_dev import versions
 
@@ -30,6 +36,48 @@ def cache_root() -> Path:
 
 def bin_dir() -> Path:
     return cache_root() / "bin" / versions.BIN_SET
+
+
+_held = threading.local()
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+@contextmanager
+def cache_lock() -> Iterator[None]:
+    """Hold the cache's build lock: one process at a time builds into the shared cache.
+
+    Parallel test workers, a test run beside ``make demo`` and a fixture beside ``make
+    binaries`` all reach the same recipes on a cold cache; two builds of one recipe would each
+    clear the other's staging directory. The lock is re-entrant within a thread, since one
+    ``ensure_*`` step calls another."""
+    if getattr(_held, "depth", 0):
+        _held.depth += 1
+        try:
+            yield
+        finally:
+            _held.depth -= 1
+        return
+    cache_root().mkdir(parents=True, exist_ok=True)
+    with open(cache_root() / "build.lock", "a") as lock_file:
+        fcntl.flock(lock_file, fcntl.LOCK_EX)
+        _held.depth = 1
+        try:
+            yield
+        finally:
+            _held.depth = 0
+            fcntl.flock(lock_file, fcntl.LOCK_UN)
+
+
+def holding_cache_lock(build: Callable[_P, _R]) -> Callable[_P, _R]:
+    """``build`` under ``cache_lock``: it sees the cache as the previous holder left it."""
+
+    @functools.wraps(build)
+    def locked(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        with cache_lock():
+            return build(*args, **kwargs)
+
+    return locked
 
 
 @dataclass(frozen=True)
@@ -303,6 +351,7 @@ def build_recipe(recipe: GoRecipe, target: Path) -> None:
     _log(f"{recipe.name}: built in {time.monotonic() - started:.0f}s")
 
 
+@holding_cache_lock
 def ensure_binaries() -> Path:
     """Build whatever is missing and return the directory holding every binary."""
     if shutil.which("go") is None:
@@ -316,6 +365,7 @@ def ensure_binaries() -> Path:
     return target
 
 
+@holding_cache_lock
 def ensure_node_binaries() -> Path:
     """Build the control plane's binaries and the real node's (kubelet), and return their
     directory."""

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from stepscope_dev import versions
-from stepscope_dev.build import GoRecipe, build_recipe, cache_root
+from stepscope_dev.build import GoRecipe, build_recipe, cache_root, holding_cache_lock
 from stepscope_dev.cluster import free_port
 from stepscope_dev.components import apply_crds, start_component
 from stepscope_dev.loopback_webhooks import (
@@ -87,6 +87,7 @@ def recipe() -> GoRecipe:
     )
 
 
+@holding_cache_lock
 def ensure_jobset_controller(bin_dir: Path) -> Path:
     """Build the controller into ``bin_dir`` unless it is there; returns the binary."""
     build_recipe(recipe(), bin_dir)

@@ -21,7 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from stepscope_dev import versions
-from stepscope_dev.build import cache_root, compile_package, resolve_modules
+from stepscope_dev.build import (
+    cache_root,
+    compile_package,
+    holding_cache_lock,
+    resolve_modules,
+)
 from stepscope_dev.cluster import free_port
 from stepscope_dev.components import apply_crds, start_component
 from stepscope_dev.jobset_controller import module_dir, start_jobset_controller
@@ -70,6 +75,7 @@ def _write_wrapper(src: Path) -> None:
     shutil.copyfile(MAIN_SOURCE, src / "main.go")
 
 
+@holding_cache_lock
 def ensure_trainer_controller(bin_dir: Path) -> Path:
     """Build the controller manager into ``bin_dir`` unless it is there; returns the binary.
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from stepscope_dev import versions
-from stepscope_dev.build import cache_root, compile_package
+from stepscope_dev.build import cache_root, compile_package, holding_cache_lock
 from stepscope_dev.components import apply_crds, start_component
 from stepscope_dev.processes import start_process
 
@@ -102,6 +102,7 @@ def _write_wrapper(src: Path) -> None:
     shutil.copyfile(MAIN_SOURCE, src / "main.go")
 
 
+@holding_cache_lock
 def ensure_training_operator(bin_dir: Path) -> Path:
     """Build the operator into ``bin_dir`` unless it is already there; returns the binary.
 

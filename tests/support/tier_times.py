@@ -1,5 +1,7 @@
 """Where a run's time went, by tier (tests/<tier>/...): how many tests and how many seconds,
-setup and teardown included, so a session fixture's cluster start counts in its tier."""
+setup and teardown included, so a session fixture's cluster start counts in its tier. Under
+pytest-xdist the seconds are the workers' busy time, summed; the run's wall time is pytest's
+last line."""
 
 from __future__ import annotations
 
@@ -9,8 +11,14 @@ from typing import Any
 
 
 def tier_of(nodeid: str) -> str | None:
+    """``tests/<tier>/...``'s tier; the real node's own tests (tests/integration/realnode) are a
+    tier of their own, since they share the node worker with the e2e tier."""
     parts = nodeid.split("/")
-    return parts[1] if len(parts) > 2 and parts[0] == "tests" else None
+    if len(parts) <= 2 or parts[0] != "tests":
+        return None
+    if parts[1:3] == ["integration", "realnode"]:
+        return "realnode"
+    return parts[1]
 
 
 def tier_times(reports: Iterable[Any]) -> dict[str, tuple[int, float]]:

@@ -11,6 +11,8 @@ each socket there is named after a hash of our own socket address, so instances 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -133,54 +135,53 @@ def import_archives(paths: ContainerdPaths, archives: list[Path]) -> None:
         ctr(paths, "images", "import", "--snapshotter", "overlayfs", str(archive))
 
 
-def remove_all_tasks(paths: ContainerdPaths) -> None:
-    """Kill and delete every container containerd still runs, so their shims exit with them.
+def _bundle_pids(paths: ContainerdPaths, name: str) -> list[int]:
+    """The PIDs recorded as ``name`` (``shim.pid``, ``init.pid``) in every task bundle."""
+    pids = []
+    for pid_file in paths.state.glob(f"io.containerd.runtime.v2.task/*/*/{name}"):
+        try:
+            pids.append(int(pid_file.read_text().strip()))
+        except (OSError, ValueError):
+            continue
+    return pids
 
-    Run after the kubelet is stopped: nothing would restart them, and the shims would otherwise
-    outlive containerd (they run in sessions of their own)."""
+
+def _serves(pid: int, socket: Path) -> bool:
+    """Whether process ``pid`` is a shim of this containerd (its command line names our socket),
+    so a PID reused since the file was written is never signalled."""
     try:
-        listing = ctr(paths, "tasks", "list", "--quiet", timeout=30)
-    except (RuntimeError, subprocess.TimeoutExpired):
-        return
-    for task in listing.split():
-        subprocess.run(
-            [
-                CTR,
-                "--address",
-                str(paths.socket),
-                "-n",
-                K8S_NAMESPACE,
-                "tasks",
-                "kill",
-                "-s",
-                "SIGKILL",
-                task,
-            ],
-            capture_output=True,
-            timeout=30,
-            check=False,
-        )
-    for task in listing.split():
-        for _ in range(20):
-            deleted = subprocess.run(
-                [
-                    CTR,
-                    "--address",
-                    str(paths.socket),
-                    "-n",
-                    K8S_NAMESPACE,
-                    "tasks",
-                    "delete",
-                    "--force",
-                    task,
-                ],
-                capture_output=True,
-                timeout=30,
-                check=False,
-            )
-            if deleted.returncode == 0:
-                break
-            time.sleep(0.25)
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return str(socket).encode() in argv
+
+
+def _parent_of(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces; the fields after its closing parenthesis do not.
+    return int(stat[stat.rindex(")") + 2 :].split()[1])
+
+
+def kill_all_tasks(paths: ContainerdPaths) -> int:
+    """SIGKILL every container and shim this containerd started; returns how many were signalled.
+
+    Run after the kubelet is stopped, so nothing restarts them. The shims run in sessions of
+    their own and would outlive containerd. Their PIDs come from the task bundles' PID files
+    (each checked against the process it names), not from one ``ctr`` call per task: a node
+    the tests leave with a hundred tasks stops in a second instead of a minute."""
+    shims = {pid for pid in _bundle_pids(paths, "shim.pid") if _serves(pid, paths.socket)}
+    # A container's init is its shim's child; killing it ends its PID namespace with it.
+    inits = {pid for pid in _bundle_pids(paths, "init.pid") if _parent_of(pid) in shims}
+    victims = [*sorted(inits), *sorted(shims)]
+    for pid in victims:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            continue
+    return len(victims)
 
 
 def container_pids(paths: ContainerdPaths) -> dict[str, int]:

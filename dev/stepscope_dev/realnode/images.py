@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from stepscope_dev.build import cache_root, compile_package
+from stepscope_dev.build import cache_root, compile_package, holding_cache_lock
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 DEBIAN_SUITE = "bookworm"
@@ -262,6 +262,7 @@ def build_dockerfile(
     return reference, archive
 
 
+@holding_cache_lock
 def build_node_images() -> tuple[NodeImages, list[Path]]:
     """Every image the real node runs, and the archives to import into its containerd."""
     pause, pause_archive = build_pause()

@@ -269,7 +269,7 @@ def stop_real_node(cluster: Any) -> list[str]:
         if pid is None:
             continue
         if name == "containerd" and pid_alive(pid):
-            containerd.remove_all_tasks(paths)
+            containerd.kill_all_tasks(paths)
         stop_pid(pid)
         del cluster.pids[name]
     left = []

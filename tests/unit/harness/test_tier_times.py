@@ -21,8 +21,16 @@ def test_each_test_counts_once_and_its_fixtures_time_counts_in_its_tier():
         report("tests/unit/x/test_c.py::test_three", "setup", 0.0),
         SimpleNamespace(nodeid="tests/unit/x/test_c.py"),  # a collect report
         report("README.md::block", "call", 9.0),
+        # The real node's own tests, with the group suffix pytest-xdist adds to a node id.
+        report("tests/integration/realnode/test_d.py::test_four@node", "call", 7.0),
+        report("tests/integration/operator/test_e.py::test_five", "call", 2.0),
     ]
-    assert tier_times(reports) == {"e2e": (2, 66.5), "unit": (1, 0.25)}
+    assert tier_times(reports) == {
+        "e2e": (2, 66.5),
+        "integration": (1, 2.0),
+        "realnode": (1, 7.0),
+        "unit": (1, 0.25),
+    }
 
 
 def test_the_table_ends_with_the_totals():
