@@ -4,18 +4,31 @@ The operator signs every call with each of its Ed25519 keys (stepscope.api.agent
 headers and ``canonical_call`` the signed bytes). This module holds nothing secret: the pod gets
 only public keys, so whoever reads the pod spec learns nothing that makes a call.
 
-A call is accepted when, in this order:
+The signature covers the body's SHA-256, so a call is checked in two steps, and the HTTP server
+reads no body before the first has passed (`CallVerifier.check_headers`), in this order:
 
 * it names this agent's own namespace and pod as its target (a call signed for another pod,
   or for the same pod name in another namespace, is refused);
-* its timestamp is within ``CLOCK_WINDOW_SECONDS`` of this agent's clock;
-* one of its signatures verifies against a trusted key, over the form built from *this*
-  agent's identity (so a lying target header cannot help);
-* its nonce was not seen within the window (a recorded call cannot be sent again).
+* its timestamp is within ``CLOCK_WINDOW_SECONDS`` of this agent's clock, and not before this
+  agent started (see below);
+* its nonce is well-formed and was not seen within the window;
+* it carries at most ``MAX_SIGNATURES`` signatures and at least one by a key id this agent
+  trusts.
 
-The nonce is remembered only after the signature verified, so unsigned junk cannot fill the
-memory; the memory is bounded (``MAX_REMEMBERED_NONCES``) and, when full of live nonces, the
-agent refuses new calls for a moment rather than forget one that could still be replayed.
+Then, with the body (`CallVerifier.check_body`): one of those signatures verifies over the form
+built from *this* agent's identity (so a lying target header cannot help), and the nonce is
+remembered. It is remembered only after the signature verified, so unsigned junk cannot fill
+the memory; the memory is bounded (``MAX_REMEMBERED_NONCES``) and, when full of live nonces,
+the agent refuses new calls for a moment rather than forget one that could still be replayed.
+
+Replays across a restart: nothing is persisted; the clock window makes it unnecessary. The
+nonce memory lives only in this process, so a restarted agent (killed, say, by someone who
+recorded a call first) refuses every call timestamped before it started (`started_at`): every
+call the previous process accepted carries such a timestamp, and calls older than the window
+are refused anyway. (Were the operator's clock ahead of this node's by more than the restart
+took, a call it made in that lead could pass again; the window bounds the lead.) That refusal
+is marked busy (HTTP 503), because the operator signs a call afresh when it tries again, so
+an honest call that met the restart passes on its next attempt.
 """
 
 from __future__ import annotations
@@ -49,12 +62,15 @@ from stepscope.api.agent import (
 # far beyond any honest rate and still only about a megabyte of nonces.
 MAX_REMEMBERED_NONCES = 10_000
 _NONCE = re.compile(NONCE_PATTERN)
+# An entry of another length cannot verify; it is dropped before the body is read.
+ED25519_SIGNATURE_BYTES = 64
 
 
 class CallRefused(Exception):
     """The call is not accepted; the message says why (it goes back to the caller).
 
-    ``busy`` marks a refusal for lack of nonce memory, which the caller may retry.
+    ``busy`` marks a refusal the caller may retry with a freshly signed call: for lack of nonce
+    memory, or for a call signed before this agent started.
     """
 
     def __init__(self, message: str, busy: bool = False) -> None:
@@ -89,6 +105,18 @@ def parse_trusted_keys(text: str) -> dict[str, Ed25519PublicKey]:
     return keys
 
 
+@dataclass(frozen=True)
+class UnverifiedCall:
+    """A call whose headers passed every check that needs no body; its signatures, which
+    cover the body's digest, are verified once the body is read (`CallVerifier.check_body`)."""
+
+    method: str
+    path: str
+    timestamp: int
+    nonce: str
+    signatures: tuple[tuple[Ed25519PublicKey, bytes], ...]
+
+
 @dataclass
 class CallVerifier:
     """Checks the signed headers of calls to one agent (one namespace and pod)."""
@@ -99,14 +127,22 @@ class CallVerifier:
     clock: Callable[[], float] = time.time
     window_seconds: int = CLOCK_WINDOW_SECONDS
     max_nonces: int = MAX_REMEMBERED_NONCES
+    # When this agent started, by `clock` (now, unless given): earlier calls are refused.
+    started_at: float | None = None
 
     def __post_init__(self) -> None:
         # nonce -> the time after which a call carrying it is refused anyway (its window ended).
         self._nonces: OrderedDict[str, float] = OrderedDict()
         self._lock = threading.Lock()
+        if self.started_at is None:
+            self.started_at = self.clock()
 
     def verify(self, method: str, path: str, body: bytes, headers: Mapping[str, str]) -> None:
         """Return when the call is accepted; raise CallRefused naming the reason otherwise."""
+        self.check_body(self.check_headers(method, path, headers), body)
+
+    def check_headers(self, method: str, path: str, headers: Mapping[str, str]) -> UnverifiedCall:
+        """Everything that can be checked before the body is read; raises CallRefused."""
         target = _header(headers, TARGET_HEADER)
         if target != f"{self.namespace}/{self.pod}":
             raise CallRefused(
@@ -119,42 +155,65 @@ class CallVerifier:
                 f"the call's timestamp is {now - timestamp:+.0f}s from this agent's clock, "
                 f"outside the {self.window_seconds}s window (CLOCK_WINDOW_SECONDS)"
             )
+        if timestamp < self.started_at:
+            raise CallRefused(
+                f"the call is signed at {timestamp}, before this agent started at "
+                f"{self.started_at:.0f}; sign it again",
+                busy=True,
+            )
         nonce = _header(headers, NONCE_HEADER)
         if not _NONCE.match(nonce):
             raise CallRefused(f"{NONCE_HEADER} must be 32 lower-case hex digits")
-        signed = canonical_call(method, path, body, timestamp, nonce, self.namespace, self.pod)
-        if not self._any_signature_verifies(_header(headers, SIGNATURE_HEADER), signed):
-            raise CallRefused("no signature verifies against this agent's trusted operator keys")
-        self._remember(nonce, timestamp + self.window_seconds, now)
-
-    def _any_signature_verifies(self, header: str, signed: bytes) -> bool:
-        for name, signature in _signatures(header):
-            key = self.trusted_keys.get(name)
-            if key is None:
-                continue
-            try:
-                key.verify(signature, signed)
-                return True
-            except InvalidSignature:
-                continue
-        return False
-
-    def _remember(self, nonce: str, refused_after: float, now: float) -> None:
         with self._lock:
-            # Entries are in arrival order and expire one window after their own timestamp,
-            # so the oldest arrivals expire first up to the skew the window allows; dropping
-            # from the front until a live entry keeps the memory to about one window's calls.
-            while self._nonces and next(iter(self._nonces.values())) < now:
-                self._nonces.popitem(last=False)
-            if nonce in self._nonces:
-                raise CallRefused(f"nonce {nonce} was already used: a replayed call is refused")
-            if len(self._nonces) >= self.max_nonces:
-                raise CallRefused(
-                    f"more than {self.max_nonces} calls within {self.window_seconds}s; "
-                    "try again shortly",
-                    busy=True,
-                )
-            self._nonces[nonce] = refused_after
+            self._refuse_replay(nonce, now)
+        signatures = tuple(
+            (self.trusted_keys[name], signature)
+            for name, signature in _signatures(_header(headers, SIGNATURE_HEADER))
+            if name in self.trusted_keys and len(signature) == ED25519_SIGNATURE_BYTES
+        )
+        if not signatures:
+            raise CallRefused(
+                "no signature verifies against this agent's trusted operator keys "
+                "(none is by a key id it trusts)"
+            )
+        return UnverifiedCall(method, path, timestamp, nonce, signatures)
+
+    def check_body(self, call: UnverifiedCall, body: bytes) -> None:
+        """Verify the call's signatures over its body and remember its nonce; raises
+        CallRefused."""
+        signed = canonical_call(
+            call.method, call.path, body, call.timestamp, call.nonce, self.namespace, self.pod
+        )
+        if not any(_verifies(key, signature, signed) for key, signature in call.signatures):
+            raise CallRefused("no signature verifies against this agent's trusted operator keys")
+        with self._lock:
+            now = self.clock()
+            self._refuse_replay(call.nonce, now)
+            self._nonces[call.nonce] = call.timestamp + self.window_seconds
+
+    def _refuse_replay(self, nonce: str, now: float) -> None:
+        """Raise CallRefused when `nonce` was used, or when the memory is full (hold the lock)."""
+        # Entries are in arrival order and expire one window after their own timestamp,
+        # so the oldest arrivals expire first up to the skew the window allows; dropping
+        # from the front until a live entry keeps the memory to about one window's calls.
+        while self._nonces and next(iter(self._nonces.values())) < now:
+            self._nonces.popitem(last=False)
+        if nonce in self._nonces:
+            raise CallRefused(f"nonce {nonce} was already used: a replayed call is refused")
+        if len(self._nonces) >= self.max_nonces:
+            raise CallRefused(
+                f"more than {self.max_nonces} calls within {self.window_seconds}s; "
+                "try again shortly",
+                busy=True,
+            )
+
+
+def _verifies(key: Ed25519PublicKey, signature: bytes, signed: bytes) -> bool:
+    try:
+        key.verify(signature, signed)
+    except InvalidSignature:
+        return False
+    return True
 
 
 def _header(headers: Mapping[str, str], name: str) -> str:
@@ -167,7 +226,8 @@ def _header(headers: Mapping[str, str], name: str) -> str:
 
 
 def _timestamp(text: str) -> int:
-    if not text.isdigit() or len(text) > 12:
+    # isascii: str.isdigit also admits digits such as "²" that int() refuses.
+    if not (text.isascii() and text.isdigit()) or len(text) > 12:
         raise CallRefused(f"{TIMESTAMP_HEADER} must be whole seconds since the epoch")
     return int(text)
 

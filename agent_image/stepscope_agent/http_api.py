@@ -1,8 +1,13 @@
 """The sidecar's HTTP/JSON API (stepscope.api.agent, version v1) on the standard library.
 
-Every request must be signed by the operator for this pod (`call_auth`); the body is read
-before the check because its hash is signed. Capture requests whose grants point anywhere but
-the configured storage endpoint are refused (`grant_endpoint`). The handler talks to the agent
+Every request must be signed by the operator for this pod (`call_auth`). The signature covers
+the body's hash, so a call is admitted in steps and no body byte is read before the headers
+passed: the signed headers (target, clock window, start of this agent, nonce, a trusted key
+id), then the declared Content-Length against the endpoint's own limit (`BODY_LIMITS`; every
+other method and path takes no body), then exactly that many bytes within the body timeout,
+then the signature over them. Connections, threads and the time each may take are bounded by
+the server underneath (`bounded_http`). Capture requests whose grants point anywhere but the
+configured storage endpoint are refused (`grant_endpoint`). The handler talks to the agent
 only through `AgentService`, so this module does not import the sidecar that serves it.
 """
 
@@ -10,8 +15,8 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 
 from pydantic import ValidationError
@@ -25,6 +30,7 @@ from stepscope.api.agent import (
     ErrorBody,
 )
 from stepscope.api.hang_dump import HANG_DUMPS_PATH, HangDumpRequest, PodHangDumps
+from stepscope_agent.bounded_http import BodyTimeout, BoundedHTTPServer, BoundedRequestHandler
 from stepscope_agent.call_auth import CallRefused, CallVerifier, parse_trusted_keys
 from stepscope_agent.captures import CaptureConflict
 from stepscope_agent.grant_endpoint import ForeignGrantHost, check_grant_endpoints
@@ -32,8 +38,18 @@ from stepscope_agent.sidecar_settings import SidecarSettings
 
 log = logging.getLogger(__name__)
 
-# Grants for 1024 ranks are a few hundred KB; anything far larger is not a capture request.
-MAX_BODY_BYTES = 8 * 1024 * 1024
+# A capture request carries the four POST grants of each rank in the pod: about 5 KB a rank,
+# 16 KB with temporary storage credentials (measured with the operator's own signer). 64 ranks,
+# the most a pod's hang-dump reply holds, take 1 MiB at most; twice that is the limit.
+CAPTURE_REQUEST_MAX_BYTES = 2 * 1024 * 1024
+# A hang-dump request carries one POST grant per rank of the pod, at most about 4 KB each.
+HANG_DUMP_REQUEST_MAX_BYTES = 512 * 1024
+# The most body bytes each endpoint reads; GET, DELETE and every other path take none.
+BODY_LIMITS = {
+    ("POST", CAPTURES_PATH): CAPTURE_REQUEST_MAX_BYTES,
+    ("POST", HANG_DUMPS_PATH): HANG_DUMP_REQUEST_MAX_BYTES,
+}
+_CONTENT_LENGTH = re.compile(r"[0-9]{1,12}")
 
 
 class AgentService(Protocol):
@@ -54,10 +70,8 @@ class AgentService(Protocol):
         """Every trainer's stacks and collectives, within the request's timeout."""
 
 
-class AgentHttpServer(ThreadingHTTPServer):
-    """A threading HTTP server that knows the agent it serves and whose calls it accepts."""
-
-    daemon_threads = True
+class AgentHttpServer(BoundedHTTPServer):
+    """The bounded HTTP server that knows the agent it serves and whose calls it accepts."""
 
     def __init__(
         self, service: AgentService, config: SidecarSettings, verifier: CallVerifier | None = None
@@ -67,10 +81,23 @@ class AgentHttpServer(ThreadingHTTPServer):
         self.verifier = verifier or CallVerifier(
             parse_trusted_keys(config.trusted_keys), config.namespace, config.pod
         )
-        super().__init__((config.host, config.port), AgentRequestHandler)
+        super().__init__(
+            (config.host, config.port),
+            AgentRequestHandler,
+            header_timeout_s=config.header_timeout_seconds,
+            body_timeout_s=config.body_timeout_seconds,
+        )
+
+    def error_body(self, message: str) -> bytes:
+        return json.dumps(ErrorBody(error=message).to_wire()).encode()
 
 
-class AgentRequestHandler(BaseHTTPRequestHandler):
+def body_limit(method: str, path: str) -> int:
+    """The most body bytes a call of `method` on `path` may declare."""
+    return BODY_LIMITS.get((method, path), 0)
+
+
+class AgentRequestHandler(BoundedRequestHandler):
     server: AgentHttpServer
     server_version = "stepscope-agent"
 
@@ -130,24 +157,54 @@ class AgentRequestHandler(BaseHTTPRequestHandler):
             self._reply_capture(capture_id)
 
     def _authorised_body(self) -> bytes | None:
-        """The request body once the call's signature is accepted; None after refusing it."""
+        """The request body once the call's signature is accepted; None after refusing it.
+        Nothing of the body is read before the headers passed every check they allow."""
         try:
-            length = int(self.headers.get("Content-Length") or 0)
-        except ValueError:
-            length = -1
-        if not 0 <= length <= MAX_BODY_BYTES:
-            self._error(
-                HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"Content-Length not in 0..{MAX_BODY_BYTES}"
-            )
-            return None
-        body = self.rfile.read(length)
-        try:
-            self.server.verifier.verify(self.command, self.path, body, self.headers)
+            call = self.server.verifier.check_headers(self.command, self.path, self.headers)
         except CallRefused as refused:
-            status = HTTPStatus.SERVICE_UNAVAILABLE if refused.busy else HTTPStatus.UNAUTHORIZED
-            self._error(status, f"call refused: {refused}")
+            self._refuse_call(refused)
+            return None
+        length = self._declared_length()
+        if length is None:
+            return None
+        try:
+            body = self.read_body(length)
+        except BodyTimeout as timeout:
+            self._error(HTTPStatus.REQUEST_TIMEOUT, str(timeout))
+            return None
+        if body is None:
+            self._error(HTTPStatus.BAD_REQUEST, f"the connection closed before {length} bytes")
+            return None
+        try:
+            self.server.verifier.check_body(call, body)
+        except CallRefused as refused:
+            self._refuse_call(refused)
             return None
         return body
+
+    def _declared_length(self) -> int | None:
+        """The body length this call declares, within its endpoint's limit; None after
+        refusing it. Only Content-Length is read, so a chunked body is refused."""
+        if "Transfer-Encoding" in self.headers:
+            self._error(HTTPStatus.LENGTH_REQUIRED, "send the body with a Content-Length")
+            return None
+        declared = self.headers.get_all("Content-Length") or ["0"]
+        if len(declared) != 1 or not _CONTENT_LENGTH.fullmatch(declared[0].strip()):
+            self._error(HTTPStatus.BAD_REQUEST, "Content-Length must be one whole number")
+            return None
+        length, limit = int(declared[0]), body_limit(self.command, self.path)
+        if length > limit:
+            self._error(
+                HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+                f"{self.command} {self.path} takes at most {limit} body bytes, "
+                f"this call declares {length}",
+            )
+            return None
+        return length
+
+    def _refuse_call(self, refused: CallRefused) -> None:
+        status = HTTPStatus.SERVICE_UNAVAILABLE if refused.busy else HTTPStatus.UNAUTHORIZED
+        self._error(status, f"call refused: {refused}")
 
     def _capture_request(self, body: bytes) -> CaptureRequest | None:
         return self._validated(CaptureRequest, body, "capture request")

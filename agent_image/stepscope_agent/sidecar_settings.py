@@ -17,6 +17,8 @@ POD_NAME_ENV = "STEPSCOPE_POD_NAME"
 POD_NAMESPACE_ENV = "STEPSCOPE_POD_NAMESPACE"
 NODE_NAME_ENV = "STEPSCOPE_NODE_NAME"
 LOG_LEVEL_ENV = "STEPSCOPE_AGENT_LOG_LEVEL"
+HEADER_TIMEOUT_ENV = "STEPSCOPE_AGENT_HEADER_TIMEOUT_SECONDS"
+BODY_TIMEOUT_ENV = "STEPSCOPE_AGENT_BODY_TIMEOUT_SECONDS"
 
 
 class SettingsError(Exception):
@@ -39,6 +41,20 @@ class SidecarSettings(BaseModel):
     namespace: str = Field(description="This pod's namespace: calls must be signed for it.")
     node: str | None = None
     log_level: str = "INFO"
+    header_timeout_seconds: float = Field(
+        default=5.0,
+        gt=0,
+        le=300,
+        description="Seconds from accepting a connection until its request headers must be "
+        "complete: the operator sends them at once, a client that trickles them is cut off.",
+    )
+    body_timeout_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        le=300,
+        description="Seconds to receive a request's body once its headers are accepted; the "
+        "largest body (a capture request) is at most a few MiB.",
+    )
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> SidecarSettings:
@@ -72,4 +88,12 @@ class SidecarSettings(BaseModel):
             namespace=env[POD_NAMESPACE_ENV],
             node=env.get(NODE_NAME_ENV),
             log_level=env.get(LOG_LEVEL_ENV, "INFO"),
+            **{
+                field: env[name]
+                for name, field in (
+                    (HEADER_TIMEOUT_ENV, "header_timeout_seconds"),
+                    (BODY_TIMEOUT_ENV, "body_timeout_seconds"),
+                )
+                if env.get(name)
+            },
         )

@@ -48,6 +48,7 @@ class Sidecar:
     namespace: str
     storage_endpoint: str
     trusted: AgentKeyring = AGENT_KEYRING
+    env: dict[str, str] = field(default_factory=dict)  # more sidecar settings
     process: subprocess.Popen | None = None
 
     @property
@@ -64,6 +65,7 @@ class Sidecar:
             STEPSCOPE_AGENT_PORT=str(self.port),
             STEPSCOPE_POD_NAME=self.pod,
             STEPSCOPE_POD_NAMESPACE=self.namespace,
+            **self.env,
         )
         self.log = self.log_path.open("ab")
         self.process = subprocess.Popen(
@@ -75,8 +77,10 @@ class Sidecar:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             try:
-                self.call("GET", "/v1/status")
-                return self
+                # Any answer but 503 means it serves: a call signed in the second the sidecar
+                # started is refused as busy (call_auth), and a test's keyring may differ.
+                if self.call("GET", "/v1/status")[0] != 503:
+                    return self
             except (urllib.error.URLError, ConnectionError):
                 assert self.process.poll() is None, self.log_path.read_text()
                 time.sleep(0.2)
@@ -144,6 +148,13 @@ class Sidecar:
             self.process.send_signal(signal.SIGKILL)
             self.process.wait(10)
 
+    def restart(self) -> Sidecar:
+        """Kill the sidecar and start it again on the same port and directory, as the kubelet
+        restarts a container."""
+        self.kill()
+        self.log.close()
+        return self.start()
+
     def stop(self) -> None:
         if self.process and self.process.poll() is None:
             self.process.terminate()
@@ -189,11 +200,15 @@ def start_storageless_sidecar(tmp_path):
     (the storage endpoint is a closed loopback port no grant may point elsewhere than)."""
     started: list[Sidecar] = []
 
-    def start(name: str = "pod-0", *, namespace: str = "team-a") -> Sidecar:
+    def start(
+        name: str = "pod-0", *, namespace: str = "team-a", env: dict[str, str] | None = None
+    ) -> Sidecar:
         directory = tmp_path / name
         directory.mkdir()
         log = tmp_path / f"{name}.log"
-        sidecar = Sidecar(directory, free_port(), log, namespace, "http://127.0.0.1:9")
+        sidecar = Sidecar(
+            directory, free_port(), log, namespace, "http://127.0.0.1:9", env=env or {}
+        )
         started.append(sidecar.start())
         return sidecar
 

@@ -162,3 +162,44 @@ def test_nonce_memory_is_bounded_and_forgets_after_the_window():
 def test_unusable_trusted_keys_name_the_variable(text):
     with pytest.raises(TrustedKeysError, match="STEPSCOPE_AGENT_TRUSTED_KEYS"):
         parse_trusted_keys(text)
+
+
+def test_the_headers_are_checked_before_the_body_exists():
+    keyring, clock = AgentKeyring.generate(), Clock()
+    check = verifier(keyring, clock)
+    headers = signed(keyring, clock, body=b'{"big": "body"}')
+    call = check.check_headers("POST", "/v1/captures", headers)
+    with pytest.raises(CallRefused, match="no signature verifies"):
+        check.check_body(call, b'{"other": "body"}')
+    check.check_body(call, b'{"big": "body"}')
+    # The nonce is remembered now, so its replay is refused from the headers alone.
+    with pytest.raises(CallRefused, match="already used"):
+        check.check_headers("POST", "/v1/captures", headers)
+
+
+def test_a_signature_by_no_trusted_key_id_is_refused_from_the_headers():
+    trusted, other, clock = AgentKeyring.generate(), AgentKeyring.generate(), Clock()
+    with pytest.raises(CallRefused, match="none is by a key id it trusts"):
+        verifier(trusted, clock).check_headers("POST", "/v1/captures", signed(other, clock))
+
+
+def test_a_call_signed_before_the_agent_started_is_refused_as_busy():
+    """After a restart the nonce memory is empty; every call the previous process accepted is
+    timestamped before this one started, so none of them passes again."""
+    keyring, clock = AgentKeyring.generate(), Clock()
+    recorded = signed(keyring, clock)
+    clock.now = NOW + 3
+    restarted = verifier(keyring, clock)
+    assert restarted.started_at == NOW + 3
+    with pytest.raises(CallRefused, match="before this agent started") as refused:
+        restarted.verify("POST", "/v1/captures", b"{}", recorded)
+    assert refused.value.busy
+    restarted.verify("POST", "/v1/captures", b"{}", signed(keyring, clock))
+
+
+def test_a_timestamp_of_other_digits_is_refused_not_crashed_on():
+    keyring, clock = AgentKeyring.generate(), Clock()
+    # "²" is a digit to str.isdigit and a byte of latin-1, in which HTTP headers are read.
+    headers = {**signed(keyring, clock), TIMESTAMP_HEADER: "18²"}
+    with pytest.raises(CallRefused, match="whole seconds"):
+        verifier(keyring, clock).verify("POST", "/v1/captures", b"{}", headers)

@@ -6,7 +6,12 @@ import subprocess
 import sys
 
 import pytest
-from stepscope_agent.sidecar_settings import SettingsError, SidecarSettings
+from stepscope_agent.sidecar_settings import (
+    BODY_TIMEOUT_ENV,
+    HEADER_TIMEOUT_ENV,
+    SettingsError,
+    SidecarSettings,
+)
 
 KEYS = "MCowBQYDK2VwAyEA" + "A" * 28  # the shape of a base64 key; parsed by the HTTP API
 
@@ -50,6 +55,14 @@ def test_missing_agent_dir_and_bad_endpoint_name_the_variable(tmp_path):
         SidecarSettings.from_env({k: v for k, v in env.items() if k != "STEPSCOPE_AGENT_DIR"})
     with pytest.raises(SettingsError, match="STEPSCOPE_STORAGE_ENDPOINT: 'ftp://x'"):
         SidecarSettings.from_env({**env, "STEPSCOPE_STORAGE_ENDPOINT": "ftp://x"})
+
+
+def test_the_request_timeouts_come_from_the_environment(tmp_path):
+    env = {**complete_env(tmp_path), HEADER_TIMEOUT_ENV: "1.5", BODY_TIMEOUT_ENV: "30"}
+    config = SidecarSettings.from_env(env)
+    assert (config.header_timeout_seconds, config.body_timeout_seconds) == (1.5, 30.0)
+    with pytest.raises(ValueError, match="header_timeout_seconds"):
+        SidecarSettings.from_env({**env, HEADER_TIMEOUT_ENV: "0"})
 
 
 def test_the_sidecar_never_imports_torch():
