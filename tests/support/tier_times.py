@@ -29,7 +29,8 @@ def tier_times(reports: Iterable[Any]) -> dict[str, tuple[int, float]]:
     for report in reports:
         tier = tier_of(getattr(report, "nodeid", ""))
         when = getattr(report, "when", None)
-        if tier is None or when is None:
+        # A collect report (a module that failed to import) has no duration to count.
+        if tier is None or when not in ("setup", "call", "teardown"):
             continue
         seconds[tier] += report.duration
         if when == "call" or (when == "setup" and not report.passed):

@@ -20,6 +20,7 @@ def test_each_test_counts_once_and_its_fixtures_time_counts_in_its_tier():
         report("tests/unit/x/test_c.py::test_three", "call", 0.25),
         report("tests/unit/x/test_c.py::test_three", "setup", 0.0),
         SimpleNamespace(nodeid="tests/unit/x/test_c.py"),  # a collect report
+        SimpleNamespace(nodeid="tests/unit/x/test_d.py", when="collect", passed=False),
         report("README.md::block", "call", 9.0),
         # The real node's own tests, with the group suffix pytest-xdist adds to a node id.
         report("tests/integration/realnode/test_d.py::test_four@node", "call", 7.0),
