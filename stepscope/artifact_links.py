@@ -20,6 +20,12 @@ from stepscope.storage import RankArtifact, SessionArtifact
 API_VERSION = "v1"
 """First segment of the endpoint's paths; a change of the reply shape gets a new one."""
 
+DEFAULT_TOKEN_AUDIENCE = "stepscope-artifacts"
+"""The audience a caller's token must be issued for (``kubectl create token <sa> --audience
+stepscope-artifacts``). The endpoint's TokenReview asks for it, so a token meant for the API
+server, e.g. any pod's own service-account token, is refused; and a token sent here is no
+use against the API server. The operator's setting and the command's flag default to it."""
+
 # Named one by one, so a file added to the layout is unreadable until it is listed here (and in
 # docs/security.md, "What the links cover", which a test compares). Never readable: the plan
 # records (the operator's restart state with pod addresses and capture id, and the analysis

@@ -1,11 +1,14 @@
 """The client side of reading artifacts: the caller's token, the operator's links, downloads.
 
 Kept to the standard library and PyYAML so `stepscope artifacts` (and the ``kubectl
-stepscope`` plugin) install with the shared core alone. The token comes from ``--token`` (or
-``STEPSCOPE_TOKEN``), else from the current kubeconfig user's ``token`` or ``tokenFile``.
-Users who log in with an exec plugin or a client certificate pass a token explicitly, e.g.
-``--token "$(kubectl create token <service-account>)"`` or their OIDC id token: a TokenReview
-can only check bearer tokens, and running exec plugins would pull in the kubernetes client.
+stepscope`` plugin) install with the shared core alone. The endpoint takes only tokens issued
+for its audience (``stepscope-artifacts`` unless the operator sets another,
+``STEPSCOPE_ARTIFACTS_TOKEN_AUDIENCE``), so the kubeconfig's own credentials are never sent:
+they are for the API server, the endpoint refuses them, and a token sent anywhere else is
+one more place it can leak from. The token comes from ``--token`` (or ``STEPSCOPE_TOKEN``),
+e.g. ``$(kubectl create token <service-account> --audience stepscope-artifacts)``, or
+``--service-account`` makes one the same way for ten minutes. The namespace defaults to the
+kubeconfig context's.
 
 The operator is found at ``--operator-url`` (or ``STEPSCOPE_OPERATOR_URL``); its certificate
 is checked against ``--ca-file`` (or ``STEPSCOPE_OPERATOR_CA``), else the system trust store.
@@ -16,12 +19,13 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import ssl
+import subprocess
 import urllib.error
 import urllib.parse
 import urllib.request
-from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -29,6 +33,9 @@ import yaml
 from stepscope.artifact_links import ArtifactLinks, links_path, readable_artifact
 
 TOKEN_ENV = "STEPSCOPE_TOKEN"
+TOKEN_AUDIENCE_ENV = "STEPSCOPE_TOKEN_AUDIENCE"
+# `kubectl create token --duration`: the shortest the API server issues, plenty for one call.
+TOKEN_DURATION = "10m"
 OPERATOR_URL_ENV = "STEPSCOPE_OPERATOR_URL"
 OPERATOR_CA_ENV = "STEPSCOPE_OPERATOR_CA"
 REQUEST_TIMEOUT_S = 30.0
@@ -39,15 +46,9 @@ class ArtifactReadError(Exception):
     """Links could not be obtained or used; the message says why and what to do."""
 
 
-@dataclass(frozen=True)
-class KubeconfigUser:
-    token: str | None
-    namespace: str | None
-
-
-def kubeconfig_user(environ: dict[str, str] | None = None) -> KubeconfigUser:
-    """The current context's bearer token and namespace, from the first kubeconfig file that
-    names a current context (KUBECONFIG, else ~/.kube/config); empty when there is none."""
+def kubeconfig_namespace(environ: dict[str, str] | None = None) -> str | None:
+    """The current context's namespace, from the first kubeconfig file that names a current
+    context (KUBECONFIG, else ~/.kube/config); None when there is none."""
     environ = dict(os.environ) if environ is None else environ
     paths = environ.get("KUBECONFIG") or str(Path.home() / ".kube" / "config")
     for path in (Path(p) for p in paths.split(os.pathsep) if p):
@@ -56,26 +57,51 @@ def kubeconfig_user(environ: dict[str, str] | None = None) -> KubeconfigUser:
         except (OSError, yaml.YAMLError):
             continue
         current = config.get("current-context")
-        if not current:
-            continue
-        context = _named(config.get("contexts"), current)
-        user = _named(config.get("users"), context.get("user"))
-        token = user.get("token")
-        if not token and user.get("tokenFile"):
-            try:
-                token = Path(user["tokenFile"]).read_text().strip()
-            except OSError as exc:
-                raise ArtifactReadError(
-                    f"kubeconfig {path}: tokenFile {user['tokenFile']} cannot be read ({exc})"
-                ) from exc
-        return KubeconfigUser(token or None, context.get("namespace"))
-    return KubeconfigUser(None, None)
+        if current:
+            return _context(config.get("contexts"), current).get("namespace")
+    return None
 
 
-def _named(entries: list[dict] | None, name: str | None) -> dict:
+def token_command(service_account: str, namespace: str, audience: str) -> list[str]:
+    """The kubectl call that makes a short-lived token for the endpoint's audience."""
+    return [
+        "kubectl",
+        "create",
+        "token",
+        service_account,
+        "--namespace",
+        namespace,
+        "--audience",
+        audience,
+        "--duration",
+        TOKEN_DURATION,
+    ]
+
+
+def service_account_token(service_account: str, namespace: str, audience: str) -> str:
+    """A token for `service_account` issued for `audience`, made by kubectl with the
+    kubeconfig's credentials (which need `create` on that account's `serviceaccounts/token`)."""
+    command = token_command(service_account, namespace, audience)
+    try:
+        made = subprocess.run(
+            command, capture_output=True, text=True, timeout=REQUEST_TIMEOUT_S, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ArtifactReadError(f"cannot run `{shlex.join(command)}` ({exc})") from exc
+    token = made.stdout.strip()
+    if made.returncode != 0 or not token:
+        said = made.stderr.strip()[:500] or f"exit status {made.returncode}"
+        raise ArtifactReadError(
+            f"`{shlex.join(command)}` made no token: {said} (your kubeconfig user needs create "
+            f"on serviceaccounts/token for {service_account} in namespace {namespace})"
+        )
+    return token
+
+
+def _context(entries: list[dict] | None, name: str) -> dict:
     for entry in entries or []:
         if entry.get("name") == name:
-            return entry.get("context") or entry.get("user") or {}
+            return entry.get("context") or {}
     return {}
 
 

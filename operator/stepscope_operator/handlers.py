@@ -34,11 +34,13 @@ from stepscope_operator.sessions.status_writer import StatusWriter
 from stepscope_operator.sessions.view import SessionView
 from stepscope_operator.settings import load_settings
 from stepscope_operator.storage.buckets import connect_buckets
+from stepscope_operator.storage.grant_ledger import grant_ledger
 from stepscope_operator.storage.retention import (
     CLEANUP_FIRST_DELAY_SECONDS,
     PENDING_DELETE_SWEEP_SECONDS,
     apply_lifecycle_rule,
     cleanup_delay,
+    empty_after_grants,
     lifecycle_rule,
     sweep_pending_deletes,
 )
@@ -230,14 +232,21 @@ def _expiring(status: kopf.Status, **_: Any) -> bool:
 async def session_expiry(
     body: kopf.Body, memo: kopf.Memo, logger: logging.Logger, **_: Any
 ) -> None:
-    """Delete artifacts past their retention (bucket lifecycle rules may do it earlier)."""
+    """Delete artifacts past their retention (bucket lifecycle rules may do it earlier), once
+    every upload grant in the session's ledger has lapsed too (status is not the operator's
+    alone to write)."""
     ctx: OperatorContext = memo.ctx
     view = SessionView.from_body(copy.deepcopy(dict(body)))
     expires_at = view.status.artifacts.expires_at
     now = datetime.now(UTC)
     if expires_at is None or expires_at > now:
         return
-    deleted = await asyncio.to_thread(ctx.buckets.delete_prefix, view.prefix(ctx.settings))
+    ledger = grant_ledger(ctx.buckets, ctx.settings.s3_prefix, view.uid)
+    deleted = await asyncio.to_thread(
+        empty_after_grants, ctx.buckets, ledger, view.prefix(ctx.settings), now
+    )
+    if deleted is None:
+        return
     message = f"retention ended at {expires_at.isoformat()}; deleted {deleted} object(s)"
     conditions = set_condition(
         view.status.conditions,

@@ -13,14 +13,18 @@ import sys
 import webbrowser
 from pathlib import Path
 
+from stepscope.artifact_links import DEFAULT_TOKEN_AUDIENCE
 from stepscope.artifact_reader import (
     OPERATOR_CA_ENV,
     OPERATOR_URL_ENV,
+    TOKEN_AUDIENCE_ENV,
+    TOKEN_DURATION,
     TOKEN_ENV,
     ArtifactReadError,
     download_all,
     fetch_links,
-    kubeconfig_user,
+    kubeconfig_namespace,
+    service_account_token,
 )
 from stepscope.storage import SessionArtifact
 
@@ -55,10 +59,28 @@ def add_artifacts_command(commands: argparse._SubParsersAction) -> None:
         help=f"CA that signed the endpoint's certificate (default ${OPERATOR_CA_ENV}, else the "
         "system trust store)",
     )
-    command.add_argument(
+    audience = os.environ.get(TOKEN_AUDIENCE_ENV) or DEFAULT_TOKEN_AUDIENCE
+    token = command.add_mutually_exclusive_group()
+    token.add_argument(
         "--token",
         default=os.environ.get(TOKEN_ENV),
-        help=f"Kubernetes bearer token (default ${TOKEN_ENV}, else the kubeconfig user's token)",
+        help=f"a Kubernetes token issued for the endpoint's audience (default ${TOKEN_ENV}), "
+        f'e.g. "$(kubectl create token <service-account> --audience {audience})"; the '
+        "kubeconfig's own credentials are never sent",
+    )
+    token.add_argument(
+        "--service-account",
+        metavar="NAME",
+        help="make the token for this ServiceAccount of the namespace: runs `kubectl create "
+        f"token NAME --audience {audience} --duration {TOKEN_DURATION}` (needs create on "
+        "serviceaccounts/token; the account needs get on the session)",
+    )
+    command.add_argument(
+        "--audience",
+        default=audience,
+        help=f"audience of the token --service-account makes (default ${TOKEN_AUDIENCE_ENV}, "
+        f"else {DEFAULT_TOKEN_AUDIENCE}); must equal the operator's "
+        "STEPSCOPE_ARTIFACTS_TOKEN_AUDIENCE",
     )
     command.set_defaults(handler=cmd_artifacts)
 
@@ -77,13 +99,17 @@ def _run(args: argparse.Namespace) -> int:
             f"no operator URL: pass --operator-url or set {OPERATOR_URL_ENV} (docs/security.md, "
             "Reading artifacts, says how your cluster exposes it)"
         )
-    user = kubeconfig_user()
-    token = args.token or user.token
-    if not token:
+    namespace = args.namespace or kubeconfig_namespace() or "default"
+    if args.service_account:
+        token = service_account_token(args.service_account, namespace, args.audience)
+    elif args.token:
+        token = args.token
+    else:
         raise ArtifactReadError(
-            f"no bearer token in the kubeconfig's current user: pass --token or set {TOKEN_ENV}"
+            "no token for the artifact endpoint: pass --service-account NAME (it runs `kubectl "
+            f"create token NAME --audience {args.audience}`), or pass --token or set {TOKEN_ENV} "
+            f"to a token issued for the audience {args.audience}"
         )
-    namespace = args.namespace or user.namespace or "default"
     links = fetch_links(args.operator_url, namespace, args.session, token, args.ca_file)
     if args.open:
         link = links.find(OPENABLE[args.open])

@@ -1,11 +1,13 @@
 """The artifact endpoint: whoever may `get` a ProfileSession gets short-lived links to read it.
 
 ``GET /v1/namespaces/<ns>/profilesessions/<name>/artifacts`` with ``Authorization: Bearer
-<token>``. The operator asks the API server who the token belongs to (TokenReview) and whether
-that user may get the session (SubjectAccessReview), then lists the session's own folder and
-returns a presigned GET link per readable artifact (`stepscope.artifact_links`), valid for
-``artifact_link_seconds``. Every link set issued is an Event on the session naming the user,
-the artifacts and the expiry, so ``kubectl describe`` shows who read what.
+<token>``, a token issued for the endpoint's audience (``artifacts_token_audience``, see
+`access.review`). The operator asks the API server who the token belongs to (TokenReview)
+and whether that user may get the session (SubjectAccessReview), then lists the session's
+own folder and returns a presigned GET link per readable artifact
+(`stepscope.artifact_links`), valid for ``artifact_link_seconds``. Every link set issued is
+an Event on the session naming the user, the artifacts and the expiry, so ``kubectl
+describe`` shows who read what.
 
 This is the only path that hands out read access: agents get upload-only grants, and the
 operator's bucket credentials never leave it. So `full`-tier traces, which hold shapes and
@@ -100,11 +102,19 @@ class ArtifactAccess:
             return _refuse(
                 401,
                 "no bearer token: send 'Authorization: Bearer <token>' with a Kubernetes token "
-                "(stepscope artifacts reads it from your kubeconfig or --token)",
+                f"issued for audience {self.reviews.audience} (stepscope artifacts takes "
+                "--token, or makes one with --service-account)",
             )
         caller = await self.reviews.authenticate(token)
         if caller is None:
-            return _refuse(401, "the API server did not accept this token (TokenReview failed)")
+            audience = self.reviews.audience
+            return _refuse(
+                401,
+                f'the API server did not accept this token for audience "{audience}" '
+                "(TokenReview failed); make one with `kubectl create token <service-account> "
+                f"--audience {audience}`, or let `stepscope artifacts --service-account "
+                "<name>` make it",
+            )
         verdict = await self.reviews.may_get_session(caller, namespace, name)
         if not verdict.allowed:
             return _refuse(
@@ -193,7 +203,7 @@ async def _serve(
     api_client = load_api_client()
     access = ArtifactAccess(
         settings=settings,
-        reviews=AccessReviews(api_client),
+        reviews=AccessReviews(api_client, settings.artifacts_token_audience),
         kube=KubeApi(api_client),
         buckets=connect_buckets(settings),
         presigner=connect_reader_presigner(settings),

@@ -5,6 +5,12 @@ caller's bearer token (TokenReview) and the cluster's authorizer answers whether
 ``get`` the ProfileSession (SubjectAccessReview), so artifact access is exactly RBAC, or
 whatever authorizer the cluster runs, with the groups and extra attributes the API server
 itself would use.
+
+The TokenReview names the endpoint's own audience (``artifacts_token_audience``), and a
+token counts only when the answer lists that audience back: an authenticator that does not
+check audiences answers without any, and a token issued for the API server (every pod's
+service-account token) is refused. So a token the endpoint takes is one its owner made for
+it, and one sent to it is no use against the API server.
 """
 
 from __future__ import annotations
@@ -57,11 +63,24 @@ def session_get_review(caller: Caller, namespace: str, name: str) -> dict[str, A
     }
 
 
-def caller_from_review(answer: dict[str, Any]) -> Caller | None:
-    """The caller a TokenReview answer names, or None when the token was not accepted."""
+def token_review(token: str, audience: str) -> dict[str, Any]:
+    """The TokenReview asking whether `token` is valid for `audience`."""
+    return {
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenReview",
+        "spec": {"token": token, "audiences": [audience]},
+    }
+
+
+def caller_from_review(answer: dict[str, Any], audience: str) -> Caller | None:
+    """The caller a TokenReview answer names, or None when the token was not accepted for
+    `audience` (the answer must list it: one without audiences came from an authenticator
+    that did not check them, and means only "valid for the API server")."""
     status = answer.get("status") or {}
     user = status.get("user") or {}
     if not status.get("authenticated") or not user.get("username"):
+        return None
+    if audience not in (status.get("audiences") or ()):
         return None
     return Caller(
         username=user["username"],
@@ -74,20 +93,18 @@ def caller_from_review(answer: dict[str, Any]) -> Caller | None:
 class AccessReviews:
     """TokenReviews and SubjectAccessReviews through the real API server, off the event loop."""
 
-    def __init__(self, api_client: k8s.ApiClient) -> None:
+    def __init__(self, api_client: k8s.ApiClient, audience: str) -> None:
         self._authentication = k8s.AuthenticationV1Api(api_client)
         self._authorization = k8s.AuthorizationV1Api(api_client)
+        self.audience = audience
 
     async def authenticate(self, token: str) -> Caller | None:
-        body = {
-            "apiVersion": "authentication.k8s.io/v1",
-            "kind": "TokenReview",
-            "spec": {"token": token},
-        }
         response = await asyncio.to_thread(
-            self._authentication.create_token_review, body, _preload_content=False
+            self._authentication.create_token_review,
+            token_review(token, self.audience),
+            _preload_content=False,
         )
-        return caller_from_review(json.loads(response.data))
+        return caller_from_review(json.loads(response.data), self.audience)
 
     async def may_get_session(self, caller: Caller, namespace: str, name: str) -> Verdict:
         response = await asyncio.to_thread(

@@ -22,6 +22,7 @@ from stepscope.hang.report import render_hang_report
 from stepscope.storage import RankArtifact, SessionArtifact, rank_key, s3_uri, session_key
 from stepscope_operator.agents.client import AgentClient, AgentError
 from stepscope_operator.storage.buckets import Buckets
+from stepscope_operator.storage.grant_ledger import GrantLedger, GrantUse
 from stepscope_operator.storage.grants import post_grant
 from stepscope_operator.targets.resolving import RankTarget
 
@@ -68,6 +69,7 @@ def dump_request(
 async def collect_dumps(
     client: AgentClient,
     buckets: Buckets,
+    ledger: GrantLedger,
     prefix: str,
     request_id: str,
     targets: list[RankTarget],
@@ -75,12 +77,16 @@ async def collect_dumps(
     now: datetime,
 ) -> DumpRound:
     pods = sorted({t.pod: t.pod_ip for t in targets}.items())
-    requests = await asyncio.to_thread(
-        lambda: {
+
+    def sign_requests() -> dict[str, HangDumpRequest]:
+        # Recorded before any grant is signed: a clean-up waits for the dumps' uploads too.
+        ledger.record(GrantUse.HANG_DUMP, now + timedelta(seconds=GRANT_SECONDS))
+        return {
             pod: dump_request(buckets, prefix, request_id, targets, pod, timeout_s, now)
             for pod, _ in pods
         }
-    )
+
+    requests = await asyncio.to_thread(sign_requests)
 
     async def ask(pod: str, ip: str | None) -> PodHangDumps | str:
         try:
@@ -162,6 +168,7 @@ def store_report(
 async def diagnose(
     client: AgentClient,
     buckets: Buckets,
+    ledger: GrantLedger,
     prefix: str,
     request_id: str,
     targets: list[RankTarget],
@@ -170,7 +177,9 @@ async def diagnose(
     now: datetime,
 ) -> tuple[HangDiagnosis, DumpRound]:
     """Dump, attribute and store; the diagnosis for status."""
-    round_ = await collect_dumps(client, buckets, prefix, request_id, targets, timeout_s, now)
+    round_ = await collect_dumps(
+        client, buckets, ledger, prefix, request_id, targets, timeout_s, now
+    )
     verdict = attribute_hang(round_.dumps, placement_of(targets))
     key, _ = await asyncio.to_thread(store_report, buckets, prefix, verdict, round_)
     return diagnosis_from_verdict(verdict, judgement, now, s3_uri(buckets.bucket, key)), round_

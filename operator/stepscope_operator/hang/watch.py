@@ -24,6 +24,7 @@ from stepscope_operator.sessions.status import TARGET_RESOLVED
 from stepscope_operator.sessions.status_writer import StatusWriter
 from stepscope_operator.sessions.target_listing import list_targets
 from stepscope_operator.sessions.view import SessionView
+from stepscope_operator.storage.grant_ledger import grant_ledger
 from stepscope_operator.targets.resolving import (
     InvalidTarget,
     NoLivePods,
@@ -160,6 +161,7 @@ async def _diagnose(
     diagnosis, round_ = await diagnose(
         ctx.agents(view.namespace),
         ctx.buckets,
+        grant_ledger(ctx.buckets, ctx.settings.s3_prefix, view.uid),
         view.prefix(ctx.settings),
         request_id_for(view.uid, now),
         targets,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import timedelta
 from typing import Any
 
 from stepscope.api.phases import Phase, Reason
@@ -30,6 +31,8 @@ from stepscope_operator.sessions.probing import probe_agents
 from stepscope_operator.sessions.status import ARMED, CAPTURED, judge_ranks, tally_ranks
 from stepscope_operator.sessions.status_writer import StatusWriter
 from stepscope_operator.sessions.view import PersistedPlan, SessionView, save_plan
+from stepscope_operator.storage.grant_ledger import GrantUse, grant_ledger
+from stepscope_operator.storage.grants import grant_lifetime
 from stepscope_operator.targets.resolving import group_by_pod
 
 
@@ -49,6 +52,10 @@ async def arm_record(
     pods = {
         pod: ts for pod, ts in group_by_pod(record.targets).items() if pod not in record.unreachable
     }
+    # Every pod's grants get this lifetime (pod_arming.arm_pod); recorded before any is signed.
+    lifetime = grant_lifetime(record.capture_deadline, now, ctx.settings.grant_margin_seconds)
+    ledger = grant_ledger(ctx.buckets, ctx.settings.s3_prefix, view.uid)
+    await asyncio.to_thread(ledger.record, GrantUse.CAPTURE, now + timedelta(seconds=lifetime))
     started = time.monotonic()
     results = await asyncio.gather(
         *(

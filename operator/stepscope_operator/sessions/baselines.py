@@ -1,7 +1,15 @@
 """Baselines: earlier sessions' summary.json read from S3, and the verdict of comparing a
 session with them (spec.baseline.sessionRef, or a schedule's rolling baseline of its last
 good sessions). The statistics are in stepscope.analysis.comparing.step_comparison; this module only
-fetches and records."""
+fetches and records.
+
+A summary is read from the folder the session's namespace, name and uid name
+(`stepscope.storage.session_prefix`), never from `status.artifacts.uri`: anyone who may patch
+a session's status could point that at another namespace's folder, and the operator, which
+reads every folder, would compare with (and reveal numbers of) a summary the tenant cannot
+read. The read stops at `MAX_BASELINE_SUMMARY_BYTES`, and a summary past it is refused with
+that reason, since the folder is one the tenant's pods write to.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +20,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from stepscope.analysis.model.job_summary import JobSummary
-from stepscope.storage import SessionArtifact
+from stepscope.storage import SessionArtifact, session_key, session_prefix
 from stepscope_operator.context import OperatorContext
 from stepscope_operator.sessions.comparing import (
     MIN_BASELINE_SESSIONS,
@@ -29,6 +37,13 @@ log = logging.getLogger(__name__)
 DEFAULT_BASELINE_SESSIONS = 5
 # A session compared with one named baseline uses the schedules' default threshold.
 BASELINE_THRESHOLD_PCT = 5.0
+# The most bytes of a summary.json the operator reads to compare. A summary is a few hundred
+# KB for most jobs; this is the same bound `stepscope diff` reads within.
+MAX_BASELINE_SUMMARY_BYTES = 64 * 1024 * 1024
+
+
+class UnreadableSummary(Exception):
+    """A session's summary.json cannot be compared; the message says why."""
 
 
 def is_regression(session: dict[str, Any]) -> bool:
@@ -38,21 +53,41 @@ def is_regression(session: dict[str, Any]) -> bool:
     return comparison.get("verdict") == "regression"
 
 
-def _load_job(ctx: OperatorContext, session: dict[str, Any]) -> JobSummary | None:
-    """The session's summary.json, or None when it has none or it does not load."""
-    uri = ((session.get("status") or {}).get("artifacts") or {}).get("uri")
-    if not uri or not uri.startswith("s3://") or uri.count("/") < 3:
-        return None
-    prefix = uri.split("/", 3)[3]
-    raw = ctx.buckets.get_bytes(prefix + SessionArtifact.SUMMARY.value)
-    if not raw:
-        return None
+def summary_key(s3_prefix: str, session: dict[str, Any]) -> str:
+    """Where the session's summary.json is: from its identity only, never from its status."""
+    meta = session["metadata"]
+    prefix = session_prefix(s3_prefix, meta["namespace"], meta["name"], meta["uid"])
+    return session_key(prefix, SessionArtifact.SUMMARY)
+
+
+def load_summary(ctx: OperatorContext, session: dict[str, Any]) -> JobSummary:
+    """The session's summary.json, read within MAX_BASELINE_SUMMARY_BYTES. Raises
+    UnreadableSummary. Blocking: run it off the event loop."""
+    stream = ctx.buckets.open_stream(summary_key(ctx.settings.s3_prefix, session))
+    if stream is None:
+        raise UnreadableSummary("has no summary.json (expired artifacts?)")
+    with stream:
+        raw = stream.read(MAX_BASELINE_SUMMARY_BYTES + 1)
+    if len(raw) > MAX_BASELINE_SUMMARY_BYTES:
+        raise UnreadableSummary(
+            f"has a summary.json over {MAX_BASELINE_SUMMARY_BYTES} bytes, the most the "
+            "operator reads to compare"
+        )
     try:
         return JobSummary.model_validate_json(raw)
     except ValidationError as error:
-        name = session["metadata"]["name"]
-        log.warning("summary.json of %s does not load, left out of the baseline: %s", name, error)
-        return None
+        raise UnreadableSummary(
+            f"has a summary.json that does not load ({error.errors()[0]['msg'][:200]})"
+        ) from error
+
+
+async def _summary_or_reason(
+    ctx: OperatorContext, session: dict[str, Any]
+) -> tuple[JobSummary | None, str]:
+    try:
+        return await asyncio.to_thread(load_summary, ctx, session), ""
+    except UnreadableSummary as why:
+        return None, str(why)
 
 
 def _succeeded(session: dict[str, Any]) -> bool:
@@ -80,22 +115,23 @@ async def judge_session(
     if not _succeeded(session):
         return None
     name = session["metadata"]["name"]
-    current = await asyncio.to_thread(_load_job, ctx, session)
+    current, why = await _summary_or_reason(ctx, session)
     # Only complete sessions are a fair reference: a partial one misses ranks.
     good: list[tuple[str, JobSummary]] = []
     for earlier in baseline:
         if len(good) == window:
             break
-        usable = _succeeded(earlier) and not is_regression(earlier)
-        job = await asyncio.to_thread(_load_job, ctx, earlier) if usable else None
-        if job is not None:
+        if not _succeeded(earlier) or is_regression(earlier):
+            continue
+        job, left_out = await _summary_or_reason(ctx, earlier)
+        if job is None:
+            earlier_name = earlier["metadata"]["name"]
+            log.warning("session %s %s; left out of the baseline", earlier_name, left_out)
+        else:
             good.append((earlier["metadata"]["name"], job))
     if current is None:
         comparison = inconclusive(
-            f"session {name} has no readable summary.json",
-            threshold_pct,
-            name,
-            [n for n, _ in good],
+            f"session {name} {why}", threshold_pct, name, [n for n, _ in good]
         )
     else:
         comparison = compare_jobs((name, current), good, threshold_pct, MIN_BASELINE_SESSIONS)
@@ -126,8 +162,8 @@ async def compare_with_baseline(
         phase = (other.get("status") or {}).get("phase") or "no phase yet"
         reason = f"baseline session {ref} is {phase}; only a Succeeded session is a baseline"
         return inconclusive(reason, BASELINE_THRESHOLD_PCT, view.name, [ref])
-    baseline = await asyncio.to_thread(_load_job, ctx, other)
+    baseline, why = await _summary_or_reason(ctx, other)
     if baseline is None:
-        reason = f"baseline session {ref} has no readable summary.json (expired artifacts?)"
+        reason = f"baseline session {ref} {why}"
         return inconclusive(reason, BASELINE_THRESHOLD_PCT, view.name, [ref])
     return compare_jobs((view.name, job), [(ref, baseline)], BASELINE_THRESHOLD_PCT, 1)

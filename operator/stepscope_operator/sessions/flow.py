@@ -39,9 +39,11 @@ from stepscope_operator.sessions.view import (
     resume_line,
     save_plan,
 )
+from stepscope_operator.storage.grant_ledger import grant_ledger, last_grant_lapses
 from stepscope_operator.storage.retention import (
     PendingDelete,
     grants_expire_at,
+    pending_delete_after,
     record_pending_delete,
 )
 from stepscope_operator.targets.resolving import InvalidTarget, NoLivePods, TooManyRanks
@@ -245,9 +247,10 @@ async def make_plan(
 
 async def cleanup_session(ctx: OperatorContext, body: dict[str, Any], retain: bool) -> str:
     """On delete: cancel armed captures, then delete the session's S3 artifacts unless
-    retained; while an upload grant is still valid, leave a pending delete so the prefix
-    is cleaned again after it expires. Returns what was done, for the log; a storage error
-    is raised as it is (the finalizer retries)."""
+    retained; while an upload grant is still valid (any in its grant ledger, or its plan's
+    capture grants), or its daemon may still be stopping, leave a pending delete so the
+    prefix is cleaned again after they lapse. Returns what was done, for the log; a storage
+    error is raised as it is (the finalizer retries)."""
     view = SessionView.from_body(body)
     record = await asyncio.to_thread(load_plan, ctx, view)
     cancelled = {}
@@ -255,20 +258,28 @@ async def cleanup_session(ctx: OperatorContext, body: dict[str, Any], retain: bo
         cancelled = await cancel_captures(
             ctx.agents(view.namespace), record.pod_ips, record.capture_id
         )
+    ledger = grant_ledger(ctx.buckets, ctx.settings.s3_prefix, view.uid)
     if retain:
+        await asyncio.to_thread(ledger.drop)
         return f"cancelled {len(cancelled)} capture(s); artifacts retained"
     prefix = view.prefix(ctx.settings)
-    last_grant = grants_expire_at(
-        record.capture_deadline if record else None, ctx.settings.grant_margin_seconds
+    last_grant = last_grant_lapses(
+        await asyncio.to_thread(ledger.latest),
+        grants_expire_at(
+            record.capture_deadline if record else None, ctx.settings.grant_margin_seconds
+        ),
     )
-    if last_grant is not None and ctx.now() < last_grant:
+    again = pending_delete_after(is_final(view.status.phase), last_grant, ctx.now())
+    if again is not None:
         # Recorded before deleting, so no moment exists where a late upload is unaccounted.
-        pending = PendingDelete(prefix=prefix, after=last_grant)
+        pending = PendingDelete(prefix=prefix, after=again, ledger=ledger.key)
         await asyncio.to_thread(
             record_pending_delete, ctx.buckets, ctx.settings.s3_prefix, view.uid, pending
         )
     deleted = await asyncio.to_thread(ctx.buckets.delete_prefix, prefix)
     done = f"cancelled {len(cancelled)} capture(s); deleted {deleted} object(s)"
-    if last_grant is not None and ctx.now() < last_grant:
-        done += f"; upload grants stay valid until {last_grant.isoformat()}, cleaned again then"
+    if again is None:
+        await asyncio.to_thread(ledger.drop)
+    else:
+        done += f"; cleaned again after {again.isoformat()}, when its upload grants have lapsed"
     return done

@@ -37,6 +37,7 @@ from stepscope_operator.sessions.analysis_job import (
 )
 from stepscope_operator.settings import OperatorSettings
 from stepscope_operator.storage.buckets import Buckets
+from stepscope_operator.storage.grant_ledger import GrantUse, grant_ledger
 from stepscope_operator.storage.grants import get_url, grant_lifetime, post_grant
 
 log = logging.getLogger(__name__)
@@ -93,6 +94,10 @@ def _write_plan(
         seconds=settings.analysis_job_deadline_seconds + WAIT_GRACE_SECONDS
     )
     lifetime = grant_lifetime(finished_by, now, settings.grant_margin_seconds)
+    # Recorded before any grant is signed: a clean-up waits for the Job's uploads too.
+    grant_ledger(buckets, settings.s3_prefix, session.uid).record(
+        GrantUse.ANALYSIS, now + timedelta(seconds=lifetime)
+    )
     trace_urls = {
         rank: (
             s3_uri(buckets.bucket, key := rank_key(prefix, rank, RankArtifact.TRACE)),

@@ -23,6 +23,7 @@ from stepscope_operator.sessions.status import (
 )
 from stepscope_operator.sessions.view import SessionView, load_plan
 from stepscope_operator.settings import session_retention
+from stepscope_operator.storage.grant_ledger import grant_ledger, last_grant_lapses
 from stepscope_operator.storage.retention import final_artifacts, grants_expire_at
 
 
@@ -100,21 +101,31 @@ class StatusWriter:
         self, current: StatusArtifacts | None, now: datetime
     ) -> StatusArtifacts | None:
         """The artifacts with an expiry, for any final phase that stored something: the
-        retention from now, but never before the last upload grant expires."""
+        retention from now, but never before the last upload grant (its ledger's, or its
+        plan's capture grants) expires."""
         settings = self.ctx.settings
         prefix = self.view.prefix(settings)
+        ledger = grant_ledger(self.ctx.buckets, settings.s3_prefix, self.view.uid)
         try:
             stored = await asyncio.to_thread(self.ctx.buckets.list_keys, prefix)
             record = await asyncio.to_thread(load_plan, self.ctx, self.view) if stored else None
+            issued = await asyncio.to_thread(ledger.latest)
         except (BotoCoreError, ClientError):
-            # Storage trouble must not block the final write; the sweep retries later.
-            stored, record = None, None
+            # Storage trouble must not block the final write; the expiry timer reads the
+            # ledger again before it deletes anything.
+            stored, record, issued = None, None, None
         retention = session_retention(
             self.view.spec.artifacts.retention, settings.default_retention
         )
-        last_grant = grants_expire_at(
-            record.capture_deadline if record else None, settings.grant_margin_seconds
+        last_grant = last_grant_lapses(
+            issued,
+            grants_expire_at(
+                record.capture_deadline if record else None, settings.grant_margin_seconds
+            ),
         )
+        if stored == [] and issued is not None and issued > now:
+            # Nothing stored yet, but a grant is still out: an upload may land, so it expires.
+            stored = None
         expires_at = max(filter(None, (now + retention, last_grant)))
         return final_artifacts(current, stored, settings.s3_bucket, prefix, expires_at)
 

@@ -269,6 +269,15 @@ class OperatorSettings(BaseModel):
         "mounts the webhook's serving pair). Required with artifacts_port: callers send bearer "
         "tokens, which must never cross the network in clear text.",
     )
+    artifacts_token_audience: str = Field(
+        artifact_links.DEFAULT_TOKEN_AUDIENCE,
+        min_length=1,
+        max_length=253,
+        description="Audience the artifact endpoint's TokenReview asks for: only tokens issued "
+        "for it (kubectl create token <service-account> --audience stepscope-artifacts) are "
+        "taken, so a token any pod holds for the API server is refused, and a token sent to "
+        "the endpoint cannot be replayed against the API server.",
+    )
     artifact_link_seconds: int = Field(
         300,
         ge=artifact_links.MIN_LINK_SECONDS,

@@ -46,6 +46,7 @@ ENV: dict[str, str] = {
     "artifacts_port": "STEPSCOPE_ARTIFACTS_PORT",
     "artifacts_listen_address": "STEPSCOPE_ARTIFACTS_ADDRESS",
     "artifacts_tls_dir": "STEPSCOPE_ARTIFACTS_TLS_DIR",
+    "artifacts_token_audience": "STEPSCOPE_ARTIFACTS_TOKEN_AUDIENCE",
     "artifact_link_seconds": "STEPSCOPE_ARTIFACT_LINK_SECONDS",
     "s3_read_endpoint": "STEPSCOPE_S3_READ_ENDPOINT",
     # The same variables the webhook reads for the injected sidecar (webhook.ENV): the

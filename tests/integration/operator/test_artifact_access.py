@@ -3,7 +3,9 @@
 The real operator serves its artifact endpoint on loopback HTTPS; the real API server answers
 its TokenReviews and SubjectAccessReviews; the real S3 server checks the presigned links. A's
 reader downloads A's report with the `kubectl stepscope` plugin, B's reader and an anonymous
-caller are refused, and the links stop working once they expire.
+caller are refused, and the links stop working once they expire. Only tokens issued for the
+endpoint's audience are taken: the same reader's token for the API server (what every pod
+holds) is refused.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from support.operator_helpers import (
 )
 
 from stepscope.api.phases import Reason
+from stepscope.artifact_links import DEFAULT_TOKEN_AUDIENCE
 from stepscope.artifact_reader import ArtifactReadError, fetch_links
 from stepscope.storage import RankArtifact, SessionArtifact, rank_key, session_key, session_prefix
 
@@ -50,7 +53,8 @@ REPORT = b"<html><body>tenant A's verdict</body></html>"
 
 
 def _tenant(local_cluster, namespace: str) -> str:
-    """A namespace with a ServiceAccount bound to get sessions there; returns its token."""
+    """A namespace with a ServiceAccount bound to get sessions there; returns its token for
+    the artifact endpoint's audience."""
     local_cluster.kubectl("create", "namespace", namespace)
     local_cluster.kubectl("create", "serviceaccount", "reader", "-n", namespace)
     local_cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(READER_ROLE))
@@ -64,7 +68,13 @@ def _tenant(local_cluster, namespace: str) -> str:
         f"--serviceaccount={namespace}:reader",
     )
     return local_cluster.kubectl(
-        "create", "token", "reader", "-n", namespace, "--duration=1h"
+        "create",
+        "token",
+        "reader",
+        "-n",
+        namespace,
+        "--duration=1h",
+        f"--audience={DEFAULT_TOKEN_AUDIENCE}",
     ).stdout.strip()
 
 
@@ -126,14 +136,19 @@ def artifact_endpoint(local_cluster, session_crds, tmp_path):
     assert not denials, "\n".join(denials)[-4000:]
 
 
-def _kubectl_plugin(local_cluster, args: list[str], token: str, ca: Path, url: str):
-    """`kubectl stepscope ...`, found by kubectl on PATH as the installed console script."""
+def _kubectl_plugin(local_cluster, args: list[str], token: str | None, ca: Path, url: str):
+    """`kubectl stepscope ...`, found by kubectl on PATH as the installed console script;
+    kubectl itself is on PATH too, with the cluster's admin kubeconfig."""
     scripts = Path(sys.executable).parent
     assert shutil.which("kubectl-stepscope", path=str(scripts)), (
         f"no kubectl-stepscope in {scripts}: reinstall the package (pip install -e .)"
     )
-    env = dict(os.environ, PATH=f"{scripts}{os.pathsep}{os.environ.get('PATH', '')}")
-    env.update(STEPSCOPE_TOKEN=token, STEPSCOPE_OPERATOR_URL=url, STEPSCOPE_OPERATOR_CA=str(ca))
+    path = os.pathsep.join([str(scripts), str(local_cluster.bin_dir), os.environ.get("PATH", "")])
+    env = dict(os.environ, PATH=path, KUBECONFIG=str(local_cluster.kubeconfig))
+    env.pop("STEPSCOPE_TOKEN", None)
+    env.update(STEPSCOPE_OPERATOR_URL=url, STEPSCOPE_OPERATOR_CA=str(ca))
+    if token is not None:
+        env["STEPSCOPE_TOKEN"] = token
     return subprocess.run(
         [str(local_cluster.bin_dir / "kubectl"), "stepscope", *args],
         capture_output=True,
@@ -224,3 +239,36 @@ def test_only_the_sessions_readers_get_links(local_cluster, tenants, artifact_en
     assert issued(b, "train-b") == []
     time.sleep(1)
     assert len(issued(a, "train-a")) == 2
+
+
+def test_only_tokens_issued_for_the_endpoints_audience_are_taken(
+    local_cluster, tenants, artifact_endpoint
+):
+    a, _, tokens = tenants
+    url, ca = artifact_endpoint
+    _create_session(local_cluster, a, "train-a")
+    # The same reader, with a token for the API server's own audience: what every pod's
+    # service-account token is. The API server accepts it; the endpoint does not.
+    for_the_api_server = local_cluster.kubectl(
+        "create", "token", "reader", "-n", a, "--duration=1h"
+    ).stdout.strip()
+    with pytest.raises(ArtifactReadError) as refused:
+        fetch_links(url, a, "train-a", for_the_api_server, ca)
+    message = str(refused.value)
+    assert "refused (401)" in message
+    assert f'did not accept this token for audience "{DEFAULT_TOKEN_AUDIENCE}"' in message
+    assert f"kubectl create token <service-account> --audience {DEFAULT_TOKEN_AUDIENCE}" in message
+
+    # Issued for the endpoint's audience: taken.
+    assert fetch_links(url, a, "train-a", tokens[a], ca).session == "train-a"
+
+    # `--service-account` makes such a token with kubectl and uses it.
+    done = _kubectl_plugin(
+        local_cluster,
+        ["artifacts", "train-a", "-n", a, "--service-account", "reader"],
+        None,
+        ca,
+        url,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"{a}/train-a: links valid until ")

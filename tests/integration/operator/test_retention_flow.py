@@ -1,8 +1,8 @@
 """Retention that always ends, against the real API server, S3 and operator process:
 an unexpected storage error fails the session naming it, a Failed session expires and
 is swept, a session deleted while its grants are valid has its prefix cleaned again once
-they expire (so a late upload goes too), and its finalizer holds while storage is down,
-saying so."""
+they expire (so a late upload goes too) — a hang check's dump grants too, which no plan.json
+records, only the grant ledger — and its finalizer holds while storage is down, saying so."""
 
 from __future__ import annotations
 
@@ -14,11 +14,13 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from stepscope_agent.uploading import upload_file
 from stepscope_operator.handlers import CLEANUP, FINALIZER
+from stepscope_operator.hang.diagnosis import MAX_STORED_DUMP_BYTES
 from stepscope_operator.sessions.planning import WindowPlan
 from stepscope_operator.sessions.view import PersistedPlan
 from stepscope_operator.settings import load_settings
 from stepscope_operator.storage.buckets import connect_buckets
-from stepscope_operator.storage.grants import create_rank_grants
+from stepscope_operator.storage.grant_ledger import GrantUse, grant_ledger
+from stepscope_operator.storage.grants import create_rank_grants, post_grant
 from stepscope_operator.storage.retention import (
     apply_lifecycle_rule,
     lifecycle_rule,
@@ -33,7 +35,7 @@ from support.operator_helpers import (
     session_phase,
 )
 
-from stepscope.storage import SessionArtifact, session_key, session_prefix
+from stepscope.storage import RankArtifact, SessionArtifact, rank_key, session_key, session_prefix
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -58,7 +60,9 @@ def start_operator(local_cluster, session_crds, namespace, tmp_path) -> Iterator
         print(process.logs()[-6000:])
 
 
-def _apply(local_cluster, namespace: str, name: str, timeout: int, retention: str = "1h") -> dict:
+def _apply(
+    local_cluster, namespace: str, name: str, timeout: int, retention: str = "1h", **spec
+) -> dict:
     body = {
         "apiVersion": "stepscope.dev/v1alpha1",
         "kind": "ProfileSession",
@@ -67,6 +71,7 @@ def _apply(local_cluster, namespace: str, name: str, timeout: int, retention: st
             "target": NO_PODS,
             "window": {"steps": 3, "leadSeconds": 1, "timeoutSeconds": timeout},
             "artifacts": {"retention": retention},
+            **spec,
         },
     }
     local_cluster.kubectl("apply", "-f", "-", input=json.dumps(body))
@@ -190,6 +195,42 @@ def test_a_delete_during_uploads_leaves_an_empty_prefix_once_grants_expire(
         "the pending delete after the last grant expired",
     )
     assert datetime.now(UTC) >= deadline + timedelta(seconds=margin)
+
+
+def test_a_deleted_hang_check_is_cleaned_again_once_its_dump_grants_expire(
+    local_cluster, namespace, start_operator, tmp_path
+):
+    """A hang check has no plan.json: only the grant ledger says its dump grants are out."""
+    start_operator()
+    body = _apply(local_cluster, namespace, "hung", timeout=300, mode="hang-check")
+    uid = body["metadata"]["uid"]
+    prefix = session_prefix("stepscope", namespace, "hung", uid)
+    # What the operator does when it asks the agents for dumps (hang/diagnosis.py): record
+    # the grants' expiry, then sign them.
+    buckets = connect_buckets(load_settings(local_cluster.env()))
+    lifetime, signed = 12, datetime.now(UTC)
+    lapses = signed + timedelta(seconds=lifetime)
+    grant_ledger(buckets, "stepscope", uid).record(GrantUse.HANG_DUMP, lapses)
+    key = rank_key(prefix, 0, RankArtifact.HANG_DUMP)
+    grant = post_grant(buckets, key, lifetime, signed, MAX_STORED_DUMP_BYTES, "application/json")
+    dump = tmp_path / "hang-dump.json"
+    dump.write_bytes(b"{}")
+
+    _wait_for_finalizer(local_cluster, namespace, "hung")
+    local_cluster.kubectl("delete", "profilesession", "hung", "-n", namespace, "--timeout=30s")
+    pending = pending_delete_key("stepscope", uid)
+    assert _keys(local_cluster, pending) == [pending]
+    # A dump uploaded after the delete, with its grant still valid, lands...
+    upload_file(dump, grant)
+    assert _keys(local_cluster, prefix) == [key]
+    # ...and goes once the grant has expired, with the ledger and the record.
+    wait_until(
+        lambda: not _keys(local_cluster, prefix) and not _keys(local_cluster, pending),
+        lifetime + 45,
+        "the pending delete after the dump grant expired",
+    )
+    assert datetime.now(UTC) >= lapses
+    assert _keys(local_cluster, "stepscope/.grants/") == []
 
 
 def test_storage_down_during_delete_keeps_the_finalizer_and_says_so(

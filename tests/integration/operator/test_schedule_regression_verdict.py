@@ -23,6 +23,8 @@ from support import wait_until
 from support.operator_helpers import audited_operator, operator_env, raw_trace_imports
 from support.synthetic_jobs import job_summary
 
+from stepscope.storage import session_prefix
+
 pytestmark = pytest.mark.integration
 
 SCHEDULE = "nightly"
@@ -48,7 +50,10 @@ def _create_finished_session(local_cluster, namespace: str, name: str, job) -> N
             }
         ),
     )
-    prefix = f"stepscope/{namespace}/{name}/uid-{name}/"
+    created = local_cluster.kubectl("get", "profilesession", name, "-n", namespace, "-o", "json")
+    # The operator reads a summary from the session's own folder, named by its uid.
+    uid = json.loads(created.stdout)["metadata"]["uid"]
+    prefix = session_prefix("stepscope", namespace, name, uid)
     local_cluster.s3_client().put_object(
         Bucket=local_cluster.s3_bucket,
         Key=prefix + "summary.json",
