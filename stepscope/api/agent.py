@@ -10,6 +10,12 @@ operator key. An agent trusts the public keys named by ``TRUSTED_KEYS_ENV`` and 
 only for its own namespace and pod, within ``CLOCK_WINDOW_SECONDS`` of its clock, with a nonce it
 has not seen, and with a signature by one of those keys. No secret reaches the pod.
 
+Bounds: the agent runs in a tenant's pod, so its replies are hostile input to the shared
+operator. Every list, dict and string here declares its bound (``max_length``, or
+``BoundedText`` for free text, which is clipped rather than refused), with the reason beside
+the constant; ``stepscope.api.bounds`` checks the counts on the raw JSON before pydantic
+builds anything, and a unit test fails for a field that declares none.
+
 Failures are codes (``FailureCode``, from stepscope/failures.py) with structured fields in
 ``CaptureFailure``; a rank's summary is one of two kinds (``CaptureSummary``, discriminated
 by ``kind``); tiers come from the one tier table in stepscope/tiers.py. The trainer <->
@@ -35,6 +41,8 @@ from pydantic.alias_generators import to_camel
 
 from stepscope.analysis.model.counter_stats import CounterStats
 from stepscope.analysis.model.rank_summary import RankSummary
+from stepscope.api.meta import POD_NAME_MAX_LENGTH
+from stepscope.api.text import BoundedText
 from stepscope.failures import MISSED_START, FailureCode
 from stepscope.tiers import TIERS, SummaryKind, Tier, tier_profile
 
@@ -86,6 +94,32 @@ CAPTURE_ID_PATTERN = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 
 # The artifacts every rank uploads, in upload order; each one has its own grant.
 ARTIFACTS = ("trace", "counters", "steps", "summary")
+
+# A pod runs one rank per GPU, and the largest nodes hold 16 GPUs; 64 leaves CPU-only pods
+# (one gloo rank per core group) room. Every per-rank list in a reply or request is bounded
+# by it, so a reply's size in objects follows from the pod, not from the agent's word.
+MAX_RANKS_PER_POD = 64
+# Namespaces are DNS labels (63 characters); pods and nodes DNS subdomains (253).
+NAMESPACE_MAX_LENGTH = 63
+# torch and agent versions are PEP 440 strings or a git describe: tens of characters.
+VERSION_MAX_LENGTH = 128
+# Free text for people (a capture's reason, a failure's message, an error) is clipped to
+# this: the session status quotes at most a few hundred characters of it.
+TEXT_MAX_LENGTH = 2048
+# S3 keys are at most 1,024 bytes; presigned URLs are an endpoint, a key and a signed
+# query, about 2 KB with a session token, so 8 KiB is far above any real one.
+KEY_MAX_LENGTH = 1024
+URL_MAX_LENGTH = 8192
+# S3 allows at most 10,000 parts in a multipart upload.
+MAX_UPLOAD_PARTS = 10_000
+# A presigned POST's form has the key, the policy, the signature fields, a session token
+# and the content type: under ten fields.
+MAX_POST_FIELDS = 32
+# An error reply's pydantic details: one per invalid field, cut to this many.
+MAX_ERROR_DETAILS = 32
+MAX_ERROR_DETAIL_KEYS = 8
+
+PodName = Annotated[str, Field(max_length=POD_NAME_MAX_LENGTH)]
 
 
 def canonical_call(
@@ -190,25 +224,31 @@ class AgentStatus(WireModel):
     """Answer of ``GET /v1/status``."""
 
     api_version: Literal["v1"] = API_VERSION
-    pod: str
-    namespace: str | None = None
-    node: str | None = None
-    ranks: list[RankStatus] = Field(default_factory=list)
+    pod: PodName
+    namespace: str | None = Field(default=None, max_length=NAMESPACE_MAX_LENGTH)
+    node: PodName | None = None
+    ranks: list[RankStatus] = Field(default_factory=list, max_length=MAX_RANKS_PER_POD)
     current_step: int | None = Field(default=None, description="Largest global step over ranks.")
     step_time_ms: float | None = Field(default=None, description="Median step time over ranks.")
-    torch_version: str | None = None
+    torch_version: BoundedText(VERSION_MAX_LENGTH) | None = None
     gpu_present: bool = False
     agent_time: float = Field(description="Agent clock (unix seconds) when it answered.")
-    agent_version: str
+    agent_version: BoundedText(VERSION_MAX_LENGTH)
 
 
 class MultipartGrant(WireModel):
     """A presigned multipart upload: one URL per part plus the completion URL."""
 
-    upload_id: str
+    upload_id: str = Field(max_length=KEY_MAX_LENGTH)
     part_size_bytes: int = Field(ge=5 * 1024 * 1024, description="S3 needs >= 5 MiB per part.")
-    part_urls: list[str] = Field(min_length=1, description="Presigned UploadPart URLs, parts 1..K.")
-    complete_url: str = Field(description="Presigned CompleteMultipartUpload (POST) URL.")
+    part_urls: list[Annotated[str, Field(max_length=URL_MAX_LENGTH)]] = Field(
+        min_length=1,
+        max_length=MAX_UPLOAD_PARTS,
+        description="Presigned UploadPart URLs, parts 1..K.",
+    )
+    complete_url: str = Field(
+        max_length=URL_MAX_LENGTH, description="Presigned CompleteMultipartUpload (POST) URL."
+    )
 
     @property
     def capacity_bytes(self) -> int:
@@ -220,9 +260,13 @@ class PostGrant(WireModel):
     """A presigned POST (an S3 "browser upload"): the storage server itself refuses a file
     larger than `max_bytes`, because the signed policy carries that content-length-range."""
 
-    url: str = Field(description="The bucket URL the form is posted to.")
-    fields: dict[str, str] = Field(
-        description="Form fields to send before the file: key, policy, signature and the rest."
+    url: str = Field(max_length=URL_MAX_LENGTH, description="The bucket URL the form is posted to.")
+    fields: dict[
+        Annotated[str, Field(max_length=KEY_MAX_LENGTH)],
+        Annotated[str, Field(max_length=URL_MAX_LENGTH)],
+    ] = Field(
+        max_length=MAX_POST_FIELDS,
+        description="Form fields to send before the file: key, policy, signature and the rest.",
     )
     max_bytes: int = Field(ge=0, description="The most bytes the signed policy accepts.")
 
@@ -230,9 +274,11 @@ class PostGrant(WireModel):
 class ArtifactGrant(WireModel):
     """Permission to write exactly one S3 key, for a short time."""
 
-    key: str = Field(description="The S3 key the grant writes (informational).")
+    key: str = Field(max_length=KEY_MAX_LENGTH, description="The S3 key the grant writes.")
     expires_at: AwareDatetime
-    put_url: str | None = Field(default=None, description="Presigned PUT URL.")
+    put_url: str | None = Field(
+        default=None, max_length=URL_MAX_LENGTH, description="Presigned PUT URL."
+    )
     multipart: MultipartGrant | None = None
     post: PostGrant | None = Field(
         default=None, description="Presigned POST whose policy bounds the size."
@@ -278,11 +324,12 @@ class CaptureRequest(WireModel):
     )
     trace_ranks: list[int] | None = Field(
         default=None,
+        max_length=MAX_RANKS_PER_POD,
         description="Ranks that take a profiler trace; None means every rank. Other ranks only "
         "report step timings.",
     )
     max_bytes_per_rank: int = Field(ge=1, description="Upload budget of one rank, all artifacts.")
-    grants: list[RankGrants] = Field(min_length=1)
+    grants: list[RankGrants] = Field(min_length=1, max_length=MAX_RANKS_PER_POD)
 
     @field_validator("grants")
     @classmethod
@@ -313,7 +360,9 @@ class CaptureFailure(WireModel):
     """Why a rank's capture failed: a code to branch on and words for people."""
 
     code: FailureCode = Field(description="What went wrong; see stepscope/failures.py.")
-    message: str = Field(description="The same, in words a person can act on.")
+    message: BoundedText(TEXT_MAX_LENGTH) = Field(
+        description="The same, in words a person can act on."
+    )
     reached_step: int | None = Field(
         default=None,
         description="The global step the trainer was at when it found out (missed starts, "
@@ -351,7 +400,7 @@ class StepStatistics(WireModel):
     last_step: int
     step_time_ms: StepTimeStats = Field(default_factory=StepTimeStats)
     data_wait_ms: DataWaitStats = Field(default_factory=DataWaitStats)
-    trace_not_summarised: str | None = Field(
+    trace_not_summarised: BoundedText(TEXT_MAX_LENGTH) | None = Field(
         default=None,
         description="Set when the rank took a trace but it could not be summarised: why.",
     )
@@ -383,11 +432,13 @@ class RankCaptureStatus(WireModel):
         default=None, description="How long stopping and exporting the trace held the trainer."
     )
     bytes_uploaded: int = 0
-    artifact_keys: list[str] = Field(default_factory=list)
+    artifact_keys: list[Annotated[str, Field(max_length=KEY_MAX_LENGTH)]] = Field(
+        default_factory=list, max_length=len(ARTIFACTS)
+    )
     failure: CaptureFailure | None = Field(
         default=None, description="Set when the rank failed, was cancelled or not reached."
     )
-    reason: str | None = Field(
+    reason: BoundedText(TEXT_MAX_LENGTH) | None = Field(
         default=None,
         description="Words for people: the failure's message, or a note on a done rank "
         "(a trace that could not be summarised).",
@@ -400,19 +451,37 @@ class RankCaptureStatus(WireModel):
 class CaptureStatus(WireModel):
     """Answer of ``POST``, ``GET`` and ``DELETE`` on a capture."""
 
-    capture_id: str
+    capture_id: str = Field(max_length=63)
     state: CaptureState
-    reason: str | None = None
+    reason: BoundedText(TEXT_MAX_LENGTH) | None = None
     start_step: int
     end_step: int
-    ranks: list[RankCaptureStatus] = Field(default_factory=list)
+    ranks: list[RankCaptureStatus] = Field(default_factory=list, max_length=MAX_RANKS_PER_POD)
+
+
+# One of pydantic's error records: type, loc and msg (the agent leaves out input and context).
+ErrorDetail = Annotated[
+    dict[Annotated[str, Field(max_length=64)], Any], Field(max_length=MAX_ERROR_DETAIL_KEYS)
+]
 
 
 class ErrorBody(WireModel):
     """Every non-2xx answer: a message a person can act on, plus pydantic details on 422."""
 
-    error: str
-    details: list[dict[str, Any]] | None = None
+    error: BoundedText(TEXT_MAX_LENGTH)
+    details: list[ErrorDetail] | None = Field(default=None, max_length=MAX_ERROR_DETAILS)
+
+    @field_validator("details", mode="before")
+    @classmethod
+    def _first_details(cls, details: object) -> object:
+        """The first MAX_ERROR_DETAILS, each with its first keys: an agent answering a
+        request with many faults still answers, with the first of them."""
+        if not isinstance(details, list):
+            return details
+        return [
+            dict(list(d.items())[:MAX_ERROR_DETAIL_KEYS]) if isinstance(d, dict) else d
+            for d in details[:MAX_ERROR_DETAILS]
+        ]
 
 
 def overall_state(rank_states: list[CaptureState]) -> CaptureState:

@@ -62,5 +62,7 @@ class AnalysisResult(WireModel):
     merged_ranks: list[int] = Field(default_factory=list, max_length=4096)
     merged_events: int = 0
     report_written: bool = False
-    notes: list[BoundedText(NOTE_MAX_LENGTH)] = Field(default_factory=list)
+    notes: list[BoundedText(NOTE_MAX_LENGTH)] = Field(
+        default_factory=list, max_length=MAX_RESULT_NOTES
+    )
     error: BoundedText(NOTE_MAX_LENGTH) | None = None

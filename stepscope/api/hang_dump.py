@@ -17,11 +17,18 @@ completion is read from those, and the sequence ids entered per rank carry the m
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
-from stepscope.api.agent import API_VERSION, ArtifactGrant, WireModel
+from stepscope.api.agent import (
+    API_VERSION,
+    KEY_MAX_LENGTH,
+    MAX_RANKS_PER_POD,
+    ArtifactGrant,
+    PodName,
+    WireModel,
+)
 from stepscope.api.text import BoundedText
 
 HANG_DUMPS_PATH = f"/{API_VERSION}/hang-dumps"
@@ -50,6 +57,9 @@ DIGEST_FRAMES = 24
 # How long the sidecar waits for its trainers' dumps unless the request says otherwise.
 DEFAULT_DUMP_TIMEOUT_SECONDS = 10.0
 MAX_DUMP_TIMEOUT_SECONDS = 60.0
+
+# A tensor's shape: at most MAX_DIMS sizes (the dump cuts longer ones).
+Shape = Annotated[list[int], Field(max_length=MAX_DIMS)]
 
 
 class Frame(WireModel):
@@ -82,8 +92,8 @@ class Collective(WireModel):
     group: BoundedText(NAME_MAX_LENGTH) = Field(description="The process group's name.")
     seq: int = Field(ge=0, description="collective_seq_id: the n-th collective on the group.")
     op: BoundedText(NAME_MAX_LENGTH) = Field(description="e.g. gloo:all_reduce, nccl:broadcast.")
-    input_sizes: list[list[int]] = Field(default_factory=list, max_length=MAX_TENSORS)
-    output_sizes: list[list[int]] = Field(default_factory=list, max_length=MAX_TENSORS)
+    input_sizes: list[Shape] = Field(default_factory=list, max_length=MAX_TENSORS)
+    output_sizes: list[Shape] = Field(default_factory=list, max_length=MAX_TENSORS)
     dtypes: list[BoundedText(32)] = Field(default_factory=list, max_length=MAX_TENSORS)
     state: BoundedText(32) | None = None
     retired: bool | None = Field(None, description="True once the work object completed.")
@@ -192,6 +202,7 @@ class HangDumpRequest(WireModel):
     timeout_seconds: float = Field(DEFAULT_DUMP_TIMEOUT_SECONDS, gt=0, le=MAX_DUMP_TIMEOUT_SECONDS)
     grants: dict[int, ArtifactGrant] = Field(
         default_factory=dict,
+        max_length=MAX_RANKS_PER_POD,
         description="Per rank, where to store its full dump; ranks without one are not stored.",
     )
 
@@ -199,8 +210,12 @@ class HangDumpRequest(WireModel):
 class PodHangDumps(WireModel):
     """Answer of ``POST /v1/hang-dumps``: the digest of every rank in the pod."""
 
-    pod: str
-    node: str | None = None
-    ranks: list[RankDump] = Field(default_factory=list, max_length=64)
-    stored: list[str] = Field(default_factory=list, description="Keys of the stored full dumps.")
+    pod: PodName
+    node: PodName | None = None
+    ranks: list[RankDump] = Field(default_factory=list, max_length=MAX_RANKS_PER_POD)
+    stored: list[Annotated[str, Field(max_length=KEY_MAX_LENGTH)]] = Field(
+        default_factory=list,
+        max_length=MAX_RANKS_PER_POD,
+        description="Keys of the stored full dumps.",
+    )
     notes: list[BoundedText(NOTE_MAX_LENGTH)] = Field(default_factory=list, max_length=MAX_NOTES)

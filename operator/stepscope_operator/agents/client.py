@@ -1,33 +1,32 @@
 """HTTP calls from the operator to the agent sidecars (the v1 wire contract in
 `stepscope.api.agent`). One `AgentClient` per operator task; every call is bounded by
-a timeout, because one hung agent must never stall a whole session."""
+a timeout, because one hung agent must never stall a whole session, and every reply by
+its kind's limits (`replies`), because one hostile agent must never stall the operator."""
 
 from __future__ import annotations
 
 import json
 import time
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import aiohttp
-from pydantic import BaseModel, ValidationError
 
-from stepscope.analysis.reading.trace_input import loads_bounded
 from stepscope.api import agent as wire
 from stepscope.api.hang_dump import HANG_DUMPS_PATH, HangDumpRequest, PodHangDumps
 from stepscope_operator.agents.fanout import FanOut, RetryPolicy
+from stepscope_operator.agents.replies import (
+    REPLY_LIMITS,
+    Reply,
+    ReplyLimits,
+    ReplyRefused,
+    error_text,
+    parse_reply,
+)
 from stepscope_operator.agents.signing import AgentKeyring
 from stepscope_operator.metrics import AGENT_CALL_FAILURES
 
-# Agents run in tenants' pods, so their replies are untrusted input to the shared
-# operator. The largest honest reply is a capture status carrying the summaries of every
-# rank in the pod: 8 ranks at most ~2 MiB each (4096 step records and 512 collectives,
-# summary_model's caps). 16 MiB is that with room; anything longer is refused unread.
-MAX_REPLY_BYTES = 16 * 1024 * 1024
 REPLY_CHUNK_BYTES = 64 * 1024
-# How much of an agent's error text is kept in the AgentError (it ends up in status).
-MAX_ERROR_TEXT = 300
-Reply = TypeVar("Reply", bound=BaseModel)
 
 
 class AgentError(Exception):
@@ -95,30 +94,28 @@ class AgentClient:
         return self._namespace
 
     async def status(self, pod: str, ip: str, timing: CallTiming | None = None) -> wire.AgentStatus:
-        body = await self._call(pod, ip, "GET", wire.STATUS_PATH, timing=timing)
-        return _validated(pod, f"GET {wire.STATUS_PATH}", wire.AgentStatus, body)
+        return await self._call(pod, ip, "GET", wire.STATUS_PATH, wire.AgentStatus, timing=timing)
 
     async def arm(self, pod: str, ip: str, request: wire.CaptureRequest) -> wire.CaptureStatus:
-        body = await self._call(pod, ip, "POST", wire.CAPTURES_PATH, request.to_wire())
-        return _validated(pod, f"POST {wire.CAPTURES_PATH}", wire.CaptureStatus, body)
+        path = wire.CAPTURES_PATH
+        return await self._call(pod, ip, "POST", path, wire.CaptureStatus, request.to_wire())
 
     async def capture(self, pod: str, ip: str, capture_id: str) -> wire.CaptureStatus:
         path = wire.capture_path(capture_id)
-        body = await self._call(pod, ip, "GET", path)
-        return _validated(pod, f"GET {path}", wire.CaptureStatus, body)
+        return await self._call(pod, ip, "GET", path, wire.CaptureStatus)
 
     async def cancel(self, pod: str, ip: str, capture_id: str) -> wire.CaptureStatus:
         path = wire.capture_path(capture_id)
-        body = await self._call(pod, ip, "DELETE", path)
-        return _validated(pod, f"DELETE {path}", wire.CaptureStatus, body)
+        return await self._call(pod, ip, "DELETE", path, wire.CaptureStatus)
 
     async def hang_dump(self, pod: str, ip: str, request: HangDumpRequest) -> PodHangDumps:
         """The pod's dumps; the agent waits up to the request's timeout for its trainers and
         then stores each full dump, so the call may take that long plus the uploads."""
         timeout = aiohttp.ClientTimeout(total=self._timeout.total + request.timeout_seconds + 30)
         wire_body = request.to_wire()
-        body = await self._call(pod, ip, "POST", HANG_DUMPS_PATH, wire_body, timeout=timeout)
-        return _validated(pod, f"POST {HANG_DUMPS_PATH}", PodHangDumps, body)
+        return await self._call(
+            pod, ip, "POST", HANG_DUMPS_PATH, PodHangDumps, wire_body, timeout=timeout
+        )
 
     async def _call(
         self,
@@ -126,23 +123,34 @@ class AgentClient:
         ip: str,
         method: str,
         path: str,
+        model: type[Reply],
         body: dict[str, Any] | None = None,
         timing: CallTiming | None = None,
         timeout: aiohttp.ClientTimeout | None = None,
-    ) -> dict[str, Any]:
+    ) -> Reply:
         """One agent call within the fan-out's bound on calls in flight, tried again while
         it fails transiently (every agent endpoint is idempotent: arming is per capture
-        id, cancelling twice cancels once). The last error says how often it was tried."""
+        id, cancelling twice cancels once). The last error says how often it was tried.
+        The reply is parsed and validated as `model` off the event loop (`replies`)."""
         made = 0
+        call = f"{method} {path}"
 
-        async def attempt() -> dict[str, Any]:
+        async def attempt() -> Reply:
             nonlocal made
             made += 1
             sent_wall, sent = time.time(), time.monotonic()
-            answer = await self._call_once(pod, ip, method, path, body, timeout)
+            status, reply = await self._call_once(pod, ip, method, path, model, body, timeout)
             if timing is not None:
                 timing.sent_wall, timing.round_trip_s = sent_wall, time.monotonic() - sent
-            return answer
+            try:
+                if status >= 400:
+                    text = await error_text(call, reply)
+                    raise AgentError(
+                        pod, f"{call} -> {status}: {text}", status, transient=status >= 500
+                    )
+                return await parse_reply(call, reply, model)
+            except ReplyRefused as exc:
+                raise AgentError(pod, str(exc), status) from exc
 
         try:
             return await self._fan_out.run(attempt, _is_transient)
@@ -160,9 +168,11 @@ class AgentClient:
         ip: str,
         method: str,
         path: str,
+        model: type[Reply],
         body: dict[str, Any] | None = None,
         timeout: aiohttp.ClientTimeout | None = None,
-    ) -> dict[str, Any]:
+    ) -> tuple[int, bytes]:
+        """The reply's HTTP status and body, read to at most its kind's byte limit."""
         timeout = timeout or self._timeout
         if not ip:
             raise AgentError(pod, "the pod has no IP address yet (not running?)")
@@ -177,16 +187,8 @@ class AgentClient:
             async with self._session.request(
                 method, url, data=data or None, headers=headers, timeout=timeout
             ) as response:
-                payload = await _read_json(pod, f"{method} {path}", response)
-                if response.status >= 400:
-                    error = payload.get("error") if isinstance(payload, dict) else payload
-                    raise AgentError(
-                        pod,
-                        f"{method} {path} -> {response.status}: {str(error)[:MAX_ERROR_TEXT]}",
-                        response.status,
-                        transient=response.status >= 500,
-                    )
-                return payload
+                limit = REPLY_LIMITS[model]
+                return response.status, await _read_body(pod, method, path, response, limit)
         except TimeoutError as exc:
             raise AgentError(
                 pod, f"{method} {path} timed out after {timeout.total}s", transient=True
@@ -198,33 +200,20 @@ class AgentClient:
             raise AgentError(pod, f"{method} {path} failed: {exc}") from exc
 
 
-async def _read_json(pod: str, call: str, response: aiohttp.ClientResponse) -> Any:
-    """The reply's JSON, read to at most MAX_REPLY_BYTES and within the nesting limits."""
-    too_long = f"{call}: the reply is longer than {MAX_REPLY_BYTES:,} bytes (MAX_REPLY_BYTES)"
-    if (response.content_length or 0) > MAX_REPLY_BYTES:
+async def _read_body(
+    pod: str, method: str, path: str, response: aiohttp.ClientResponse, limit: ReplyLimits
+) -> bytes:
+    """The reply's bytes, refused as soon as they pass the limit of the reply's kind."""
+    too_long = (
+        f"{method} {path}: the reply is longer than {limit.max_bytes:,} bytes "
+        f"({limit.name}.max_bytes)"
+    )
+    if (response.content_length or 0) > limit.max_bytes:
         raise AgentError(pod, too_long, response.status)
-    body = bytearray()
+    chunks, size = [], 0
     async for chunk in response.content.iter_chunked(REPLY_CHUNK_BYTES):
-        body += chunk
-        if len(body) > MAX_REPLY_BYTES:
+        size += len(chunk)
+        if size > limit.max_bytes:
             raise AgentError(pod, too_long, response.status)
-    try:
-        return loads_bounded(bytes(body), MAX_REPLY_BYTES)
-    except ValueError as exc:  # LimitExceeded and json.JSONDecodeError
-        raise AgentError(
-            pod, f"{call}: the reply is not usable JSON: {str(exc)[:MAX_ERROR_TEXT]}"
-        ) from exc
-
-
-def _validated(pod: str, call: str, model: type[Reply], body: Any) -> Reply:
-    """`body` as the wire model, or an AgentError that says what was wrong with it."""
-    try:
-        return model.model_validate(body)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"]) or "the body"
-        raise AgentError(
-            pod,
-            f"{call}: the reply is not a valid {model.__name__} ({exc.error_count()} "
-            f"error(s), first at {where}: {first['msg'][:MAX_ERROR_TEXT]})",
-        ) from exc
+        chunks.append(chunk)
+    return b"".join(chunks)

@@ -17,9 +17,15 @@ from pydantic import ValidationError
 from stepscope.analysis.merging.merge import merge_ranks
 from stepscope.analysis.model.job_summary import JobSummary
 from stepscope.analysis.model.rank_summary import RankSummary
-from stepscope.analysis.rank.step_timings import summarize_steps_document
+from stepscope.analysis.rank.step_timings import StepsDocument, summarize_steps_document
 from stepscope.analysis.reading.trace_input import loads_bounded
-from stepscope.api.agent import StepStatistics, TraceSummary, parse_capture_summary
+from stepscope.api.agent import (
+    CaptureSummary,
+    StepStatistics,
+    TraceSummary,
+    parse_capture_summary,
+)
+from stepscope.api.bounds import check_counts
 from stepscope.api.session_status import StatusArtifacts
 from stepscope.storage import RankArtifact, SessionArtifact, rank_key, s3_uri, session_key
 from stepscope_operator.sessions.rendering import RenderedArtifacts
@@ -31,6 +37,10 @@ from stepscope_operator.targets.resolving import RankTarget
 # 512) and steps.json is smaller; 8 MiB is that with room, and bounds what one hostile
 # object in a tenant's prefix costs the operator.
 MAX_STORED_JSON_BYTES = 8 * 1024 * 1024
+# A summary at those caps is about 100,000 JSON values, steps.json a fifth of that. Past
+# this many the text is refused before it is parsed; what is parsed is held to the counts
+# its model declares before pydantic validates an item (stepscope.api.bounds).
+MAX_STORED_JSON_VALUES = 256 * 1024
 
 
 def gather_summaries(
@@ -78,7 +88,10 @@ def _stored_summary(
 ) -> TraceSummary | StepStatistics | None:
     """rank-<r>/summary.json, for a rank whose agent is gone; it has the wire's shape."""
     stored = _stored_json(buckets, rank_key(prefix, rank, RankArtifact.SUMMARY))
-    return parse_capture_summary(stored) if stored is not None else None
+    if stored is None:
+        return None
+    check_counts(CaptureSummary, stored)
+    return parse_capture_summary(stored)
 
 
 def _step_timings_summary(
@@ -87,6 +100,7 @@ def _step_timings_summary(
     document = _stored_json(buckets, rank_key(prefix, rank, RankArtifact.STEPS))
     if document is None:
         return None
+    check_counts(StepsDocument, document)
     summary = summarize_steps_document(document, rank=rank)
     if statistics.counters is not None:
         summary = summary.model_copy(update={"counters": statistics.counters})
@@ -107,7 +121,11 @@ def _stored_json(buckets: Buckets, key: str) -> dict | None:
         return None
     with stream:
         stored = stream.read(MAX_STORED_JSON_BYTES + 1)
-    return loads_bounded(stored, MAX_STORED_JSON_BYTES) if stored else None
+    if not stored:
+        return None
+    return loads_bounded(
+        stored, MAX_STORED_JSON_BYTES, MAX_STORED_JSON_VALUES, "MAX_STORED_JSON_VALUES"
+    )
 
 
 def merge_job(summaries: list[RankSummary], targets: Iterable[RankTarget]) -> JobSummary:

@@ -10,6 +10,8 @@ report that counter.
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 # A summary comes from the tenant's pod, so its lists are bounded where they are parsed:
@@ -18,6 +20,9 @@ MAX_SERIES = 32
 MAX_REASONS = 16
 MAX_DEVICES = 64
 MAX_NOTES = 8
+# Reasons are NVML's slowdown names (sw_power_cap); notes are sentences of the reader.
+REASON_MAX_LENGTH = 64
+NOTE_MAX_LENGTH = 512
 
 
 class _Model(BaseModel):
@@ -48,7 +53,7 @@ class DeviceCounters(_Model):
             "cap, hardware slowdown, thermal or power-brake); None without the counter."
         ),
     )
-    throttle_reasons: list[str] = Field(
+    throttle_reasons: list[Annotated[str, Field(max_length=REASON_MAX_LENGTH)]] = Field(
         default_factory=list,
         max_length=MAX_REASONS,
         description="The slowdown reasons seen, e.g. sw_power_cap.",
@@ -79,7 +84,9 @@ class CounterStats(_Model):
     rejected_events: int = Field(
         0, description="Counter events not understood (wrong shape, unknown name, bad value)."
     )
-    notes: list[str] = Field(default_factory=list, max_length=MAX_NOTES)
+    notes: list[Annotated[str, Field(max_length=NOTE_MAX_LENGTH)]] = Field(
+        default_factory=list, max_length=MAX_NOTES
+    )
 
     def mean_over_devices(self, metric: str, statistic: str = "mean") -> float | None:
         values = [v for d in self.devices if (v := d.stat(metric, statistic)) is not None]

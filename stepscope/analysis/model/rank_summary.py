@@ -60,7 +60,7 @@ Trace Analysis's temporal breakdown.
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field
 
@@ -71,6 +71,29 @@ SCHEMA_VERSION = 1
 MAX_COLLECTIVE_RECORDS = 512
 MAX_STEP_RECORDS = 4096
 TOP_N = 10
+# A summary travels from the tenant's pod to the shared operator, so each list, dict and
+# string in it is bounded here, and the builder keeps within the bounds (a hostile trace
+# spoils its own summary at most). The reader accepts at most 256 GPU devices per rank
+# (trace_input.MAX_TRACE_DEVICES); real ranks have at most 16.
+MAX_DEVICES = 256
+# Collective kinds by normalised name: PyTorch has about fifteen (all_reduce, broadcast,
+# send, ...); past this many only those with the most time are kept.
+MAX_COLLECTIVE_NAMES = 64
+# The builder writes fewer than ten notes and the operator adds one; 32 is ample.
+MAX_SOURCE_NOTES = 32
+# Unknown "<ph>:<cat>" kinds, each cut to UNKNOWN_KIND_CHARS; past MAX_UNKNOWN_KINDS the
+# rest are counted together under "other", one more entry.
+MAX_UNKNOWN_KINDS = 64
+UNKNOWN_KIND_CHARS = 64
+# Names and ids from the trace (ops, kernels, groups, dtypes, devices, the file) are cut
+# to this (classify.MAX_NAME_CHARS); real templated kernel names stay under 2 KB.
+NAME_MAX_LENGTH = 4096
+# Notes and reasons in words, made by the analysis and the operator (a few hundred
+# characters, quoting a trace error or an agent's reason).
+NOTE_MAX_LENGTH = 4096
+
+Name = Annotated[str, Field(max_length=NAME_MAX_LENGTH)]
+Note = Annotated[str, Field(max_length=NOTE_MAX_LENGTH)]
 
 DeviceKind = Literal["cuda", "rocm", "cpu"]
 CollectiveSource = Literal["record_param_comms", "nccl_kernel", "gloo", "c10d", "nccl_annotation"]
@@ -211,7 +234,7 @@ class OpStat(_Model):
     kernels self and total are the same.
     """
 
-    name: str
+    name: Name
     count: int
     self_ms: float
     total_ms: float
@@ -224,12 +247,12 @@ class CollectiveRecord(_Model):
     is the completion the merge aligns on) and the CPU op's otherwise.
     """
 
-    name: str = Field(description="Normalised, e.g. all_reduce, broadcast, all_gather.")
+    name: Name = Field(description="Normalised, e.g. all_reduce, broadcast, all_gather.")
     seq: int | None = None
-    group: str | None = Field(None, description="Process group name, e.g. '0'.")
-    group_desc: str | None = Field(None, description="Process group description, e.g. default_pg.")
+    group: Name | None = Field(None, description="Process group name, e.g. '0'.")
+    group_desc: Name | None = Field(None, description="Process group description, e.g. default_pg.")
     group_size: int | None = None
-    dtype: str | None = None
+    dtype: Name | None = None
     in_msg_nelems: int | None = None
     out_msg_nelems: int | None = None
     size_bytes: int | None = Field(None, description="Largest of in/out message size in bytes.")
@@ -240,9 +263,9 @@ class CollectiveRecord(_Model):
 
 
 class CollectiveStat(_Model):
-    """Collectives of one name aggregated over the trace (uncapped)."""
+    """Collectives of one name aggregated over the trace (every call, not only the records)."""
 
-    name: str
+    name: Name
     count: int
     total_ms: float
     total_bytes: int = 0
@@ -268,11 +291,11 @@ class MemoryStats(_Model):
     device_peak_allocated_bytes: int | None = None
     device_peak_reserved_bytes: int | None = None
     peak_allocated_step: int | None = Field(None, description="Step holding the allocated peak.")
-    peak_allocated_op: str | None = Field(
+    peak_allocated_op: Name | None = Field(
         None, description="Innermost CPU op around the allocated peak on the allocating thread."
     )
     peak_reserved_step: int | None = None
-    peak_reserved_op: str | None = None
+    peak_reserved_op: Name | None = None
     ops_indexed: bool = Field(
         False, description="Whether CPU ops were indexed, so the ops at the peaks could be found."
     )
@@ -341,7 +364,7 @@ class RankSummary(_Model):
     """Everything the merge and findings need from one rank's trace."""
 
     schema_version: int = SCHEMA_VERSION
-    source: str = Field("", description="File name the summary was made from.")
+    source: Name = Field("", description="File name the summary was made from.")
     kind: SummaryKind = Field(
         SummaryKind.TRACE,
         description=(
@@ -353,30 +376,36 @@ class RankSummary(_Model):
     rank: int
     rank_origin: Literal["trace", "caller", "assumed"] = "trace"
     world_size: int | None = None
-    backend: str | None = Field(None, description="nccl, gloo, ... from distributedInfo.")
+    backend: Name | None = Field(None, description="nccl, gloo, ... from distributedInfo.")
     device_kind: DeviceKind
-    device_names: list[str] = Field(default_factory=list)
-    source_notes: list[str] = Field(default_factory=list)
+    device_names: list[Name] = Field(default_factory=list, max_length=MAX_DEVICES)
+    source_notes: list[Note] = Field(default_factory=list, max_length=MAX_SOURCE_NOTES)
     partial: bool = False
-    partial_reason: str | None = None
-    unknown_event_counts: dict[str, int] = Field(
-        default_factory=dict, description="Events not understood, by '<ph>:<cat>'."
+    partial_reason: Note | None = None
+    unknown_event_counts: dict[Annotated[str, Field(max_length=UNKNOWN_KIND_CHARS)], int] = Field(
+        default_factory=dict,
+        max_length=MAX_UNKNOWN_KINDS + 1,
+        description="Events not understood, by '<ph>:<cat>'.",
     )
     event_count: int = 0
     window_start_us: float | None = None
     window_end_us: float | None = None
 
-    steps: list[StepRecord] = Field(default_factory=list)
+    steps: list[StepRecord] = Field(default_factory=list, max_length=MAX_STEP_RECORDS)
     steps_dropped: int = 0
     breakdown: Breakdown = Field(default_factory=Breakdown)
 
-    gpu: list[DeviceSplit] = Field(default_factory=list)
-    top_ops: list[OpStat] = Field(default_factory=list)
-    top_kernels: list[OpStat] = Field(default_factory=list)
+    gpu: list[DeviceSplit] = Field(default_factory=list, max_length=MAX_DEVICES)
+    top_ops: list[OpStat] = Field(default_factory=list, max_length=TOP_N)
+    top_kernels: list[OpStat] = Field(default_factory=list, max_length=TOP_N)
 
-    collectives: list[CollectiveRecord] = Field(default_factory=list)
+    collectives: list[CollectiveRecord] = Field(
+        default_factory=list, max_length=MAX_COLLECTIVE_RECORDS
+    )
     collectives_dropped: int = 0
-    collective_stats: list[CollectiveStat] = Field(default_factory=list)
+    collective_stats: list[CollectiveStat] = Field(
+        default_factory=list, max_length=MAX_COLLECTIVE_NAMES
+    )
 
     memory: MemoryStats = Field(default_factory=MemoryStats)
     host: HostStats = Field(default_factory=HostStats)

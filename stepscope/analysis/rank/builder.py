@@ -12,7 +12,13 @@ from __future__ import annotations
 from collections import Counter
 
 from stepscope.analysis.model.rank_summary import (
+    MAX_DEVICES,
+    MAX_SOURCE_NOTES,
     MAX_STEP_RECORDS,
+    MAX_UNKNOWN_KINDS,
+    NAME_MAX_LENGTH,
+    NOTE_MAX_LENGTH,
+    UNKNOWN_KIND_CHARS,
     Breakdown,
     DataLoadingStats,
     HostStats,
@@ -55,9 +61,8 @@ WHOLE_TRACE: StepSpan = (-1, float("-inf"), float("inf"))
 # Names are at most MAX_NAME_CHARS long, so this cache stays under 32 MiB.
 ROLE_CACHE_SIZE = 8192
 # Unknown "<ph>:<cat>" kinds are counted for the summary's notes; a hostile trace
-# could invent one per event, so past this many the rest are counted together.
-MAX_UNKNOWN_KINDS = 64
-UNKNOWN_KIND_CHARS = 64
+# could invent one per event, so past MAX_UNKNOWN_KINDS (rank_summary) the rest are
+# counted together.
 _COMM, _DATA, _OTHER = "comm", "data", "other"
 
 
@@ -314,16 +319,18 @@ class RankSummaryBuilder:
         step_count = max(1, len(windows))
         unlaunched = unlaunched_activity(self.launch_links, notes) if self._gpu_mode else None
         return RankSummary(
-            source=source,
+            source=_clipped(source, NAME_MAX_LENGTH),
             rank=rank_value,
             rank_origin=rank_origin,
             world_size=info.get("world_size"),
-            backend=info.get("backend"),
+            backend=_clipped(info.get("backend"), NAME_MAX_LENGTH),
             device_kind=kind,
-            device_names=sorted(set(device_names)),
-            source_notes=notes,
+            device_names=[_clipped(n, NAME_MAX_LENGTH) for n in sorted(set(device_names))][
+                :MAX_DEVICES
+            ],
+            source_notes=[_clipped(n, NOTE_MAX_LENGTH) for n in notes[:MAX_SOURCE_NOTES]],
             partial=partial_reason is not None,
-            partial_reason=partial_reason,
+            partial_reason=_clipped(partial_reason, NOTE_MAX_LENGTH),
             unknown_event_counts=dict(self.unknown),
             event_count=self.event_count,
             window_start_us=self.window[0] if self._window_known else None,
@@ -392,3 +399,9 @@ class RankSummaryBuilder:
                 "with earlier activity is not resolved"
             )
         return breakdowns, overall
+
+
+def _clipped(value: object, limit: int) -> object:
+    """A string from the trace cut to the summary's bound for it; anything else as it is
+    (a wrongly typed value is the trace's fault, and the summary's validation says so)."""
+    return value[:limit] if isinstance(value, str) else value

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from stepscope.analysis.model.job_summary import Evidence, Finding, JobSummary, Severity
 from stepscope.analysis.model.rank_summary import (
+    MAX_STEP_RECORDS,
     Breakdown,
     DataLoadingStats,
     RankSummary,
@@ -53,8 +54,9 @@ class StepsDocument(BaseModel):
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
 
     rank: int
-    tier: str | None = None
-    steps: list[StepTiming]
+    tier: str | None = Field(None, max_length=32)
+    # A window holds at most MAX_WINDOW_STEPS (1000) steps, and a summary as many records.
+    steps: list[StepTiming] = Field(max_length=MAX_STEP_RECORDS)
 
 
 def summarize_step_timings(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
+from stepscope.analysis.model.rank_summary import NAME_MAX_LENGTH
 from stepscope.analysis.reading.events import EventKind, EventShapeError, TraceEvent
 
 _KIND_BY_CAT = {
@@ -34,8 +35,9 @@ _new_tuple = tuple.__new__  # builds a TraceEvent without NamedTuple's Python-le
 # and NaN (NaN fails every comparison).
 MAX_ABS_TIME_US = 1e18
 # Names key the op, kernel and role tables; a name past this is clipped so that one
-# event cannot make a table entry large. Real templated kernel names stay under 2 KB.
-MAX_NAME_CHARS = 4096
+# event cannot make a table entry large (and fits the summary's bound on names). Real
+# templated kernel names stay under 2 KB.
+MAX_NAME_CHARS = NAME_MAX_LENGTH
 
 
 def classify_event(raw: dict) -> TraceEvent:

@@ -49,6 +49,14 @@ MAX_TRACE_EVENTS = 200_000_000
 # merged trace; real ranks have tens of threads and at most 16 devices.
 MAX_TRACE_THREADS = 4096
 MAX_TRACE_DEVICES = 256
+# A document parsed whole (an agent's reply, a stored summary) becomes Python objects of
+# 24 to 250 bytes each, however few bytes of text they took: 16 MiB of `{"rank":0}` is 1.5
+# million dicts, and `[[],[],...]` 5.6 million lists. So such documents are also bounded
+# by how many values they hold, counted on the text before anything is built. Unless a
+# caller names its own bound, it is one value per MIN_BYTES_PER_VALUE bytes of the byte
+# limit: the summaries, results and counter files parsed this way spend 11 to 25 bytes on
+# each value (a key, a number, a comma), the hostile documents above 1.5 to 5.5.
+MIN_BYTES_PER_VALUE = 8
 # ijson asks for this much at a time. Reads never exceed the string limit either: a
 # string that fits in one chunk is then always within the limit, and only strings that
 # run across chunks need to be measured.
@@ -87,6 +95,7 @@ _STRING_REST_RE = re.compile(rb'[^"\\]*(?:\\.[^"\\]*)*', re.DOTALL)
 _DEPTH_STEPS = bytes.maketrans(b"[{]}", b"\x02\x02\x00\x00")
 _NOT_BRACKETS = bytes(set(range(256)) - set(b"[]{}"))
 _NOT_MARKS = bytes(set(range(256)) - set(b'"[]{}'))
+_NOT_MARKS_OR_COMMAS = bytes(set(range(256)) - set(b'"[]{},'))
 _QUOTE = 0x22
 
 
@@ -94,8 +103,11 @@ class LimitedStream:
     """A read-only view of `stream` that refuses text breaking the limits.
 
     Counts decompressed bytes (``position``), and checks each chunk for nesting depth
-    and string length before handing it on. It is a checker, not a parser: for text
-    that is not JSON its counts may be off, but ijson then fails on that text itself.
+    and string length before handing it on; with `max_values`, also how many values the
+    text holds, counted as containers plus the commas outside strings (at least the
+    number of items in all containers, and at most twice it plus one). It is a checker,
+    not a parser: for text that is not JSON its counts may be off, but ijson then fails
+    on that text itself.
     """
 
     def __init__(
@@ -105,11 +117,19 @@ class LimitedStream:
         max_bytes: int = MAX_TRACE_BYTES,
         max_depth: int = MAX_NESTING_DEPTH,
         max_string_bytes: int = MAX_STRING_BYTES,
+        max_values: int | None = None,
+        values_limit: str = "max_values",
     ) -> None:
         self._stream = stream
         self._max_bytes = max_bytes
         self._max_depth = max_depth
         self._max_string_bytes = max_string_bytes
+        self._max_values = max_values
+        self._values_limit = values_limit  # the bound's name, for the error
+        self._values = 0
+        # Commas are kept beside quotes and brackets only when values are counted: a trace,
+        # read without that bound, is gigabytes of them.
+        self._not_marks = _NOT_MARKS if max_values is None else _NOT_MARKS_OR_COMMAS
         # Reads never exceed the string limit, so a longer string always spans chunks.
         self._chunk = min(CHUNK_BYTES, max_string_bytes)
         self._end = 0  # where the chunk being checked ends, for the error
@@ -147,7 +167,7 @@ class LimitedStream:
             # runs to the end of the chunk, and nothing after it was removed.
             self._open_string(rest[len(rest) - (len(structure) - quote) + 1 :])
             structure = structure[:quote]
-        self._count_depth(structure)
+        self._count_structure(structure)
 
     def _check_quick(self, data: bytes) -> None:
         """The common case, a chunk without backslashes, in a few C-speed passes.
@@ -155,10 +175,10 @@ class LimitedStream:
         Without backslashes every quote opens or closes a string, so a bracket is
         structure exactly when an even number of quotes precede it. Only quotes and
         brackets are kept; two adjacent quotes have no bracket between them, so dropping
-        them keeps every bracket's parity, and the few quotes left (around strings such
-        as "[0, 1]") are split on.
+        them keeps every bracket's (and comma's) parity, and the few quotes left (around
+        strings such as "[0, 1]") are split on.
         """
-        marks = data.translate(None, _NOT_MARKS)
+        marks = data.translate(None, self._not_marks)
         if self._in_string:
             close = data.find(b'"')
             if close < 0:
@@ -176,7 +196,7 @@ class LimitedStream:
         self._string_bytes = 0
         if in_string:
             self._add_string_bytes(len(data) - data.rfind(b'"') - 1)
-        self._count_depth(marks)
+        self._count_structure(marks)
 
     def _follow_open_string(self, data: bytes) -> int | None:
         """Where the open string ends in `data` (just past its quote), or None."""
@@ -205,7 +225,8 @@ class LimitedStream:
                 "a string longer than", self._max_string_bytes, "bytes", "MAX_STRING_BYTES"
             )
 
-    def _count_depth(self, structure: bytes) -> None:
+    def _count_structure(self, structure: bytes) -> None:
+        """Depth and values of `structure`: a chunk's text outside strings."""
         opens = structure.count(b"[") + structure.count(b"{")
         if self._depth + opens > self._max_depth:
             steps = structure.translate(_DEPTH_STEPS, _NOT_BRACKETS)
@@ -213,6 +234,10 @@ class LimitedStream:
             if deepest > self._max_depth:
                 self._refuse("nesting deeper than", self._max_depth, "levels", "MAX_NESTING_DEPTH")
         self._depth += opens - structure.count(b"]") - structure.count(b"}")
+        if self._max_values is not None:
+            self._values += opens + structure.count(b",")
+            if self._values > self._max_values:
+                self._refuse("more than", self._max_values, "JSON values", self._values_limit)
 
     def _refuse(self, what: str, value: int, unit: str, constant: str) -> None:
         raise LimitExceeded(f"{what} {value:,} {unit} (limit {constant})", self._end)
@@ -248,16 +273,37 @@ def decompressed(stream: BinaryIO) -> BinaryIO:
     return gzip.GzipFile(fileobj=restored) if head == GZIP_MAGIC else restored  # type: ignore[arg-type]
 
 
-def loads_bounded(data: bytes, max_bytes: int) -> Any:
+def loads_bounded(
+    data: bytes, max_bytes: int, max_values: int | None = None, values_limit: str = ""
+) -> Any:
     """``json.loads`` for small documents from tenants (rank summaries, agent replies).
 
-    The text is checked against `max_bytes` and the nesting and string limits first,
-    so ``json`` never recurses deeper than MAX_NESTING_DEPTH. Raises ``LimitExceeded``
-    or ``ValueError`` (``json.JSONDecodeError``) for text it refuses.
+    The text is checked against `max_bytes`, `max_values` (one per MIN_BYTES_PER_VALUE
+    bytes of `max_bytes` unless given; `values_limit` names it in the error) and the
+    nesting and string limits first, in chunks and before any object is built, so
+    ``json`` never recurses deeper than MAX_NESTING_DEPTH and a refused document costs a
+    pass over its bytes. Raises ``LimitExceeded`` or ``ValueError``
+    (``json.JSONDecodeError``) for text it refuses.
     """
     if len(data) > max_bytes:
         raise LimitExceeded(f"{len(data):,} bytes is more than the limit of {max_bytes:,}", 0)
-    checker = LimitedStream(io.BytesIO(data), max_bytes=max_bytes)
+    if max_values is None:
+        max_values = max_bytes // MIN_BYTES_PER_VALUE
+        values_limit = values_limit or "one per MIN_BYTES_PER_VALUE bytes"
+    checker = LimitedStream(
+        io.BytesIO(data),
+        max_bytes=max_bytes,
+        max_values=max_values,
+        values_limit=values_limit or "max_values",
+    )
     while checker.read(CHUNK_BYTES):
         pass
-    return json.loads(data)
+    return json.loads(data, object_hook=_each_object)
+
+
+def _each_object(value: dict) -> dict:
+    """Called by ``json`` for every object it builds. Being Python, it is where the parsing
+    thread lets others (the operator's event loop) take the GIL, which ``json``'s C
+    scanner otherwise holds for the whole document: a few tenths of a second for the
+    largest replies an agent may send."""
+    return value

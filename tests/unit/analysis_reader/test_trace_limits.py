@@ -1,9 +1,9 @@
-"""LimitedStream measures nesting and strings exactly, however the text is chunked.
+"""LimitedStream measures nesting, strings and values exactly, however the text is chunked.
 
-Random JSON documents with strings full of quotes, backslashes and brackets are fed
-in random chunk sizes; the stream must accept each at its true depth and refuse it one
-level below, and the same for the longest string. The byte and event limits are
-checked with small values the readers accept as parameters.
+Random JSON documents with strings full of quotes, backslashes, brackets and commas are
+fed in random chunk sizes; the stream must accept each at its true depth and refuse it one
+level below, and the same for the longest string and the number of values. The byte and
+event limits are checked with small values the readers accept as parameters.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import json
 import random
+import time
 
 import pytest
 
@@ -18,7 +19,7 @@ from stepscope.analysis import TraceReadError, summarize_rank
 from stepscope.analysis.reading import reader
 from stepscope.analysis.reading.trace_input import LimitedStream, LimitExceeded, loads_bounded
 
-STRING_PIECES = ['"', "\\", "[", "]", "{", "}", "a", "é", "\n", "\\u0041", " "]
+STRING_PIECES = ['"', "\\", "[", "]", "{", "}", ",", "a", "é", "\n", "\\u0041", " "]
 
 
 class _Trickle(io.RawIOBase):
@@ -58,6 +59,15 @@ def _depth(value: object) -> int:
         return 1 + max((_depth(v) for v in value), default=0)
     if isinstance(value, dict):
         return 1 + max((_depth(v) for v in value.values()), default=0)
+    return 0
+
+
+def _values(value: object) -> int:
+    """Containers plus the commas between their items, as LimitedStream counts values."""
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, list):
+        return 1 + max(len(value) - 1, 0) + sum(map(_values, value))
     return 0
 
 
@@ -101,6 +111,36 @@ def test_depth_and_string_length_are_exact_under_any_chunking(seed):
     if longest > 1:
         with pytest.raises(LimitExceeded, match="MAX_STRING_BYTES"):
             _read_all(LimitedStream(_Trickle(text, seed), max_string_bytes=longest - 1))
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_values_are_counted_exactly_under_any_chunking(seed):
+    rng = random.Random(seed)
+    value = [_random_value(rng, rng.randint(1, 9)) for _ in range(3)]
+    text = json.dumps(value, ensure_ascii=rng.random() < 0.5).encode()
+    values = _values(value)
+
+    _read_all(LimitedStream(_Trickle(text, seed), max_values=values))
+    with pytest.raises(LimitExceeded, match=r"JSON values \(limit REPLY\.max_values\)"):
+        _read_all(
+            LimitedStream(
+                _Trickle(text, seed), max_values=values - 1, values_limit="REPLY.max_values"
+            )
+        )
+
+
+def test_loads_bounded_refuses_many_small_values_before_building_them():
+    """16 MiB of empty lists are 5.6 million objects, 411 MiB once loaded."""
+    many = b"[" + b",".join([b"[]"] * 5_500_000) + b"]"
+    started = time.perf_counter()
+    with pytest.raises(LimitExceeded, match="JSON values .limit CAPTURE.max_values"):
+        loads_bounded(many, 1 << 24, 1 << 20, "CAPTURE.max_values")
+    assert time.perf_counter() - started < 1.0
+    # Without a bound of its own, a document may hold one value per MIN_BYTES_PER_VALUE.
+    with pytest.raises(LimitExceeded, match="one per MIN_BYTES_PER_VALUE bytes"):
+        loads_bounded(many, 1 << 24)
+    fitting = b"[" + b",".join([b'{"a": 12.5}'] * 1000) + b"]"
+    assert len(loads_bounded(fitting, 1 << 20)) == 1000
 
 
 def test_byte_limit_counts_the_decompressed_text():
