@@ -6,6 +6,8 @@ where each one resumes. The delete handler is the finalizer: it cancels armed
 captures and deletes the session's artifacts (leaving a pending delete while an upload
 grant is still valid, swept by a background task) and retries storage errors with
 back-off, never letting go on them (see retention.py). A timer sweeps expired artifacts.
+An index keeps every session's queue entry, from which waiting sessions take their turns
+(sessions/queueing.py, sessions/turns.py).
 """
 
 from __future__ import annotations
@@ -29,8 +31,10 @@ from stepscope_operator.metrics import forget_schedule, forget_session, serve_me
 from stepscope_operator.schedules.flow import reconcile_schedule
 from stepscope_operator.session_modes import run_session
 from stepscope_operator.sessions.flow import cleanup_session
+from stepscope_operator.sessions.queueing import Limits, QueueEntry, queue_entry
 from stepscope_operator.sessions.status import is_final, set_condition
 from stepscope_operator.sessions.status_writer import StatusWriter
+from stepscope_operator.sessions.turns import TurnBoard
 from stepscope_operator.sessions.view import SessionView
 from stepscope_operator.settings import load_settings
 from stepscope_operator.storage.buckets import connect_buckets
@@ -62,7 +66,11 @@ SCHEDULE_SYNC_SECONDS = 5.0
 
 @kopf.on.startup()
 async def configure(
-    settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logging.Logger, **_: Any
+    settings: kopf.OperatorSettings,
+    memo: kopf.Memo,
+    logger: logging.Logger,
+    session_queue: kopf.Index[None, QueueEntry],
+    **_: Any,
 ) -> None:
     # Our own annotations and finalizer, so `kubectl get -o yaml` shows whose they are.
     settings.persistence.finalizer = FINALIZER
@@ -100,6 +108,9 @@ async def configure(
         kube=KubeApi(api_client, operator_settings.kube_request_timeout_seconds),
         http=http,
         buckets=buckets,
+        turns=TurnBoard(
+            lambda: session_queue.get(None, ()), Limits.from_settings(operator_settings)
+        ),
     )
     memo.sweeper = asyncio.create_task(sweep_deleted_sessions(memo.ctx, logger))
     logger.info(
@@ -133,6 +144,14 @@ async def close_clients(memo: kopf.Memo, **_: Any) -> None:
         memo.sweeper.cancel()
     if getattr(memo, "http", None) is not None:
         await memo.http.close()
+
+
+# kopf fills every index from its first listing before any other handler runs, and keeps it
+# current from the watch: a waiting session reads its turn here instead of listing the cluster.
+@kopf.index(GROUP, VERSION, PLURAL)
+def session_queue(body: kopf.Body, **_: Any) -> QueueEntry:
+    """Every session's queue entry, under the one key None (sessions/turns.py reads them)."""
+    return queue_entry(body)
 
 
 def _unfinished(status: kopf.Status, **_: Any) -> bool:

@@ -33,6 +33,7 @@ class Reason(StrEnum):
     # Waiting to start.
     TARGET_BUSY = "TargetBusy"
     CONCURRENCY_LIMIT = "ConcurrencyLimit"
+    NAMESPACE_LIMIT = "NamespaceLimit"
     START_TIMEOUT = "StartTimeout"
     # The target.
     TARGET_NOT_FOUND = "TargetNotFound"

@@ -46,13 +46,17 @@ def operator_env(local_cluster, **extra: str) -> dict[str, str]:
     )
 
 
-def audited_operator(env: dict[str, str], log_path: Path) -> OperatorProcess:
+def audited_operator(
+    env: dict[str, str], log_path: Path, namespaces: tuple[str, ...] = ()
+) -> OperatorProcess:
     """The real operator, run under the import audit of `support.import_audit`; after the
-    test, `raw_trace_imports(process)` lists any raw-trace module it loaded."""
+    test, `raw_trace_imports(process)` lists any raw-trace module it loaded. With
+    `namespaces` it watches only those (`--namespace`), so other tests' sessions stay out."""
     audit_file = log_path.with_suffix(".imports")
     env = dict(env, **{import_audit.AUDIT_FILE_ENV: str(audit_file)})
+    watched = tuple(arg for namespace in namespaces for arg in ("--namespace", namespace))
     return OperatorProcess(
-        env, log_path, die_with_parent=True, launcher=(str(import_audit.SCRIPT),)
+        env, log_path, die_with_parent=True, launcher=(str(import_audit.SCRIPT), *watched)
     )
 
 

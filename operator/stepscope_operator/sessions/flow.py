@@ -27,9 +27,9 @@ from stepscope_operator.sessions.capturing import follow, observe
 from stepscope_operator.sessions.planning import PlanningError, plan_window
 from stepscope_operator.sessions.pod_arming import cancel_captures, capture_id_for
 from stepscope_operator.sessions.probing import probe_agents
-from stepscope_operator.sessions.queueing import active_sessions, blocking_session
+from stepscope_operator.sessions.queueing import PARKED_REASONS
 from stepscope_operator.sessions.quota import within_quota
-from stepscope_operator.sessions.status import TARGET_RESOLVED, is_final
+from stepscope_operator.sessions.status import READY, TARGET_RESOLVED, is_final
 from stepscope_operator.sessions.status_writer import StatusWriter
 from stepscope_operator.sessions.target_listing import list_targets
 from stepscope_operator.sessions.view import (
@@ -46,7 +46,12 @@ from stepscope_operator.storage.retention import (
     pending_delete_after,
     record_pending_delete,
 )
-from stepscope_operator.targets.resolving import InvalidTarget, NoLivePods, TooManyRanks
+from stepscope_operator.targets.resolving import (
+    InvalidTarget,
+    NoLivePods,
+    RankTarget,
+    TooManyRanks,
+)
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +118,9 @@ async def wait_for_turn(
     ctx: OperatorContext, view: SessionView, writer: StatusWriter, stopped: Any
 ) -> bool:
     """Check the target exists (fail fast when it does not) and wait while another session
-    profiles the same job or the concurrency cap is reached. False when the session ended."""
+    profiles the same job or it is not this session's turn (queueing.py: limits for the
+    cluster and for its namespace, turns fair across namespaces). False when the session
+    ended."""
     timeout = timedelta(seconds=view.spec.window.timeout_seconds)
     waiting_for = None
     while not stopped:
@@ -137,27 +144,10 @@ async def wait_for_turn(
                     TARGET_RESOLVED,
                 )
                 return False
-        sessions = await ctx.kube.list_sessions(ctx.settings.watch_namespace)
-        blocker = blocking_session(view.body, sessions)
-        active = active_sessions(sessions, view.uid)
-        if blocker:
-            reason, message = (
-                Reason.TARGET_BUSY,
-                (
-                    f"waiting for ProfileSession {blocker}, which is already profiling "
-                    f"{view.target_text}; this session starts when it ends"
-                ),
-            )
-        elif len(active) >= ctx.settings.max_concurrent_sessions:
-            reason, message = (
-                Reason.CONCURRENCY_LIMIT,
-                (
-                    f"{len(active)} sessions are active, the operator's limit "
-                    f"(STEPSCOPE_MAX_CONCURRENT_SESSIONS) is {ctx.settings.max_concurrent_sessions}"
-                ),
-            )
-        else:
+        wait = ctx.turns.take_turn(view.uid)
+        if wait is None:
             return await within_quota(ctx, view, writer)
+        reason, message = wait
         if ctx.now() > view.created + timeout:
             await writer.fail(
                 Reason.START_TIMEOUT, f"gave up after spec.window.timeoutSeconds: {message}"
@@ -187,9 +177,15 @@ async def make_plan(
     ctx: OperatorContext, view: SessionView, writer: StatusWriter, stopped: Any
 ) -> PersistedPlan | None:
     """Resolve the target's ranks, probe their agents and plan the window; retry while the
-    trainers have not started stepping, until timeoutSeconds after creation."""
+    trainers have not started stepping, until timeoutSeconds after creation.
+
+    While no pod of the target exists the session is parked and holds no slot (queueing.py);
+    once its pods appear it takes a turn again before it probes them."""
     timeout = timedelta(seconds=view.spec.window.timeout_seconds)
-    await writer.enter(Phase.PLANNING)
+    # Resumed after a restart, a parked session stays parked: its Ready reason says so.
+    parked = writer.phase == Phase.PLANNING and _ready_reason(writer) in PARKED_REASONS
+    if writer.phase != Phase.PLANNING:
+        await writer.enter(Phase.PLANNING)
     last_wait = last_written = None
     while not stopped:
         try:
@@ -204,35 +200,16 @@ async def make_plan(
             await writer.fail(Reason.TARGET_INVALID, str(exc), TARGET_RESOLVED)
             return None
         else:
-            pod_ips = {t.pod: t.pod_ip for t in targets}
-            probing = time.monotonic()
-            probes = await probe_agents(ctx.agents(view.namespace), pod_ips)
-            PROBE_DURATION.labels(view.namespace).observe(time.monotonic() - probing)
-            now = ctx.now()
-            try:
-                plan = plan_window(
-                    probes.values(),
-                    view.spec.window,
-                    now,
-                    ctx.settings.plan_margin_seconds,
-                    deadline=now + timeout,
-                    min_steps=ctx.settings.plan_min_steps,
-                )
-            except PlanningError as exc:
-                if not exc.retry:
-                    await writer.fail(exc.reason, str(exc))
-                    return None
-                last_wait = (exc.reason, str(exc))
-            else:
-                return PersistedPlan(
-                    capture_id=capture_id_for(view.name, view.uid),
-                    plan=plan,
-                    targets=targets,
-                    capture_deadline=now + timeout,
-                    unreachable={
-                        pod: p.error or "unreachable" for pod, p in probes.items() if not p.ok
-                    },
-                )
+            outcome = ctx.turns.take_turn(view.uid) if parked else None
+            if outcome is None:
+                if parked:
+                    # Its pods are up and it holds a slot again: active from here on.
+                    parked, last_written = False, None
+                    await writer.enter(Phase.PLANNING)
+                outcome = await probe_and_plan(ctx, view, writer, targets, timeout)
+            if not isinstance(outcome, tuple):
+                return outcome
+            last_wait = outcome
         if ctx.now() > view.created + timeout:
             await writer.fail(
                 last_wait[0], f"gave up after spec.window.timeoutSeconds: {last_wait[1]}"
@@ -241,8 +218,53 @@ async def make_plan(
         if last_wait != last_written:
             await writer.enter(Phase.PLANNING, *last_wait)
             last_written = last_wait
+            if last_wait[0] is Reason.WAITING_FOR_PODS and not parked:
+                # Waiting for pods holds no slot (queueing.py): the next session may take it.
+                parked = True
+                ctx.turns.give_back(view.uid)
         await stopped.wait(ctx.settings.poll_interval_seconds)
     return None
+
+
+async def probe_and_plan(
+    ctx: OperatorContext,
+    view: SessionView,
+    writer: StatusWriter,
+    targets: list[RankTarget],
+    timeout: timedelta,
+) -> PersistedPlan | tuple[Reason, str] | None:
+    """Probe the target's agents and plan the window: the plan, or (reason, message) to try
+    again after a poll, or None when the session ended."""
+    pod_ips = {t.pod: t.pod_ip for t in targets}
+    probing = time.monotonic()
+    probes = await probe_agents(ctx.agents(view.namespace), pod_ips)
+    PROBE_DURATION.labels(view.namespace).observe(time.monotonic() - probing)
+    now = ctx.now()
+    try:
+        plan = plan_window(
+            probes.values(),
+            view.spec.window,
+            now,
+            ctx.settings.plan_margin_seconds,
+            deadline=now + timeout,
+            min_steps=ctx.settings.plan_min_steps,
+        )
+    except PlanningError as exc:
+        if not exc.retry:
+            await writer.fail(exc.reason, str(exc))
+            return None
+        return exc.reason, str(exc)
+    return PersistedPlan(
+        capture_id=capture_id_for(view.name, view.uid),
+        plan=plan,
+        targets=targets,
+        capture_deadline=now + timeout,
+        unreachable={pod: p.error or "unreachable" for pod, p in probes.items() if not p.ok},
+    )
+
+
+def _ready_reason(writer: StatusWriter) -> str | None:
+    return next((c.reason for c in writer.status.conditions if c.type == READY), None)
 
 
 async def cleanup_session(ctx: OperatorContext, body: dict[str, Any], retain: bool) -> str:

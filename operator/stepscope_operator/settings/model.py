@@ -207,7 +207,25 @@ class OperatorSettings(BaseModel):
         16,
         ge=1,
         description="Sessions that may be active at once across the watched namespaces; "
-        "further sessions wait in Pending (each still bound by its timeout).",
+        "further sessions wait in Pending (each still bound by its timeout) and start in "
+        "turn across namespaces. Sessions waiting for their pods are not counted (see "
+        "max_waiting_sessions_per_namespace).",
+    )
+    max_active_sessions_per_namespace: int = Field(
+        4,
+        ge=1,
+        description="Sessions of one namespace that may be active at once; its further "
+        "sessions wait in Pending with reason NamespaceLimit, so one namespace never holds "
+        "the whole cluster's limit. A quarter of max_concurrent_sessions by default; raise it "
+        "where one team has the cluster to itself.",
+    )
+    max_waiting_sessions_per_namespace: int = Field(
+        8,
+        ge=0,
+        description="Sessions of one namespace that may wait for their pods (Planning, "
+        "WaitingForPods) without holding an active slot: a waiting session only lists its "
+        "pods once a poll, so it is not counted against the limits, but only this many per "
+        "namespace; its further waiting sessions (the latest created) count as active.",
     )
 
     namespace_quota_bytes: int | None = Field(

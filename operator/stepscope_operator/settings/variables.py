@@ -41,6 +41,8 @@ ENV: dict[str, str] = {
     "max_ranks_per_session": "STEPSCOPE_MAX_RANKS_PER_SESSION",
     "max_bytes_per_rank": "STEPSCOPE_MAX_BYTES_PER_RANK",
     "max_concurrent_sessions": "STEPSCOPE_MAX_CONCURRENT_SESSIONS",
+    "max_active_sessions_per_namespace": "STEPSCOPE_MAX_ACTIVE_SESSIONS_PER_NAMESPACE",
+    "max_waiting_sessions_per_namespace": "STEPSCOPE_MAX_WAITING_SESSIONS_PER_NAMESPACE",
     "metrics_port": "STEPSCOPE_METRICS_PORT",
     "metrics_listen_address": "STEPSCOPE_METRICS_ADDRESS",
     "artifacts_port": "STEPSCOPE_ARTIFACTS_PORT",

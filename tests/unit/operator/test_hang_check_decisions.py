@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from stepscope_operator.hang.diagnosis import diagnosis_from_verdict, request_id_for
 from stepscope_operator.hang.watch import progress_of
 from stepscope_operator.sessions.probing import Probe
-from stepscope_operator.sessions.queueing import active_sessions, blocking_session
+from stepscope_operator.sessions.queueing import Limits, plan_turns, queue_entry
 from stepscope_operator.sessions.status import phase_event, ready_condition
 
 from stepscope.api.agent import AgentStatus, RankStatus
@@ -31,10 +31,11 @@ def session(name, phase=None, mode=None):
 def test_a_watching_hang_check_neither_blocks_nor_counts_against_the_cap():
     watching = session("watch", phase="Watching", mode="hang-check")
     me = session("profile")
-    assert blocking_session(me, [watching, me]) is None
-    assert active_sessions([watching], "profile") == []
+    one_slot = Limits(cluster=1, namespace_active=1, namespace_waiting=0)
+    assert plan_turns([queue_entry(watching), queue_entry(me)], one_slot) == {"profile": None}
     # A profiling session still blocks another one on the same job.
-    assert blocking_session(me, [session("busy", phase="Armed")]) == "busy"
+    busy = plan_turns([queue_entry(me), queue_entry(session("busy", phase="Armed"))], one_slot)
+    assert "ProfileSession busy" in busy["profile"].message
 
 
 def test_progress_comes_from_every_reachable_agent_on_its_own_clock():

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 from stepscope_operator.permissions import REQUIRED_PERMISSIONS
-from stepscope_operator.sessions.queueing import blocking_session, target_key
+from stepscope_operator.sessions.queueing import Limits, plan_turns, queue_entry, target_key
 from stepscope_operator.targets.kinds import TARGET_KINDS, adapter_for
 from stepscope_operator.targets.kinds.jobset import RESOURCE as JOBSET_RESOURCE
 
@@ -84,5 +84,8 @@ def test_sessions_on_one_jobset_queue_and_other_kinds_of_the_same_name_do_not():
     second = session("second", "2026-01-01T00:00:05Z", jobSet="big")
     same_name_trainjob = session("tj", "2026-01-01T00:00:00Z", trainJob="big")
     other_jobset = session("other", "2026-01-01T00:00:00Z", jobSet="small")
-    assert blocking_session(second, [first, second]) == "first"
-    assert blocking_session(second, [same_name_trainjob, other_jobset]) is None
+    limits = Limits(cluster=16, namespace_active=16, namespace_waiting=0)
+    queued = plan_turns([queue_entry(s) for s in (first, second)], limits)
+    assert "ProfileSession first" in queued["second"].message
+    others = (second, same_name_trainjob, other_jobset)
+    assert plan_turns([queue_entry(s) for s in others], limits)["second"] is None
