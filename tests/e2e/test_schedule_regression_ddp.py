@@ -1,8 +1,9 @@
 """A schedule on a running 4-rank DDP job catches a slowdown and its recovery.
 
 The job reads a knob file each step: milliseconds of extra matrix products in the forward
-pass. An `every: 30s` ProfileSchedule profiles it; its first three sessions form the
-baseline (inconclusive while it is too small, never a regression). The test then adds
+pass. An `every: 10s` ProfileSchedule profiles it (the shortest interval allowed, since the
+test waits for five sessions); its first three sessions form the baseline (inconclusive while it
+is too small, never a regression). The test then adds
 25 ms of compute per step to a step of about 65 ms: the next session is a Regression whose
 explanation names compute first. Restored, the next session is not a regression and the
 schedule posts Recovered.
@@ -93,7 +94,7 @@ def test_a_scheduled_session_catches_added_compute_and_the_recovery(
         "kind": "ProfileSchedule",
         "metadata": {"name": SCHEDULE, "namespace": namespace},
         "spec": {
-            "every": "30s",
+            "every": "10s",
             "historyLimit": 10,
             "sessionTemplate": {
                 "target": {"pytorchJob": "ddp"},
