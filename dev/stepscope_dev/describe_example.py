@@ -40,6 +40,7 @@ from stepscope_operator.targets.resolving import RankTarget
 from stepscope.analysis import summarize_rank
 from stepscope.api.phases import Reason
 from stepscope.api.session_status import ProfileSessionStatus, RanksStatus, StatusWindow
+from stepscope_dev.readme_blocks import block_lines, with_block_lines
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 README = REPO_ROOT / "README.md"
@@ -151,23 +152,13 @@ def excerpt(lines: Sequence[str]) -> list[str]:
 
 
 def readme_block(text: str) -> list[str]:
-    """The lines of the fenced block right after the marker, without its ``$`` command line."""
-    if MARKER not in text:
-        raise ValueError(f"README.md lost the marker {MARKER!r} above its describe block")
-    after = text.split(MARKER, 1)[1].lstrip("\n")
-    if not after.startswith("```"):
-        raise ValueError("the describe block must follow the marker directly")
-    body = after.split("\n", 1)[1].split("```", 1)[0]
-    return [line.rstrip() for line in body.splitlines() if not line.startswith("$ ")]
+    """The README's describe block, without its ``$`` command line."""
+    return block_lines(text, MARKER)
 
 
 def with_block(text: str, lines: Sequence[str], name: str) -> str:
-    """README text with the block after the marker replaced by ``lines``."""
-    head, after = text.split(MARKER, 1)
-    after = after.lstrip("\n")
-    tail = after.split("\n", 1)[1].split("```\n", 1)[1]
-    block = "\n".join([f"$ kubectl describe profilesession {name}", *lines])
-    return f"{head}{MARKER}\n```\n{block}\n```\n{tail}"
+    """README text with the describe block replaced by ``lines``."""
+    return with_block_lines(text, MARKER, f"kubectl describe profilesession {name}", lines)
 
 
 def describe_lines(cluster: Any, namespace: str) -> list[str]:
