@@ -12,11 +12,10 @@ from __future__ import annotations
 import logging
 import shutil
 
+import hta.trace_analysis as hta_trace_analysis  # a pinned dev dependency: never a skip
 import pytest
 
 from stepscope.analysis import summarize_rank
-
-hta_trace_analysis = pytest.importorskip("hta.trace_analysis")
 
 AGREEING = [
     "ddp-2rank-nccl-rank0.json.gz",

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import shutil
 
+import hta.trace_analysis as hta_trace_analysis  # a pinned dev dependency: never a skip
 import pytest
 from derived_traces import drop_launches, load, write
 
@@ -74,9 +75,6 @@ def test_scattered_ids_stop_the_check_instead_of_growing():
     for index in range(MAX_ID_BLOCKS + 1):
         links.launched(index << 20)
     assert links.check() is None
-
-
-hta_trace_analysis = pytest.importorskip("hta.trace_analysis")
 
 
 @pytest.mark.filterwarnings("ignore::Warning")
