@@ -41,10 +41,10 @@ node-images: venv binaries
 # puts them on the process pod runner); the node's own tests run under test-realnode, to keep
 # this one inside CI's time.
 # Side by side on TEST_WORKERS workers: the real node's tests on one of them, in order, the other
-# modules spread over the rest (tests/support/parallel.py).
-TEST_WORKERS ?= 4
+# modules spread over the rest (tests/support/parallel.py; its scheduler takes --dist loadscope).
+TEST_WORKERS ?= 3
 test: venv binaries node-images
-	$(VENV)/bin/pytest -ra --durations=15 -n $(TEST_WORKERS) --dist loadgroup
+	$(VENV)/bin/pytest -ra --durations=15 -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder
 
 test-unit: venv
 	$(VENV)/bin/pytest -ra tests/unit

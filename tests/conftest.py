@@ -14,14 +14,23 @@ import pytest
 from stepscope_dev.fleet_gpu_traces import SHARED_TRACES_ENV, shared_gpu_traces
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config, items):
-    """Group the tests for ``pytest -n N --dist loadgroup`` (support/parallel.py); runs before
-    xdist reads the groups."""
-    from support.parallel import xdist_group
+def pytest_xdist_make_scheduler(config, log):
+    """``make test``'s scheduler (``--dist loadscope``): the real node's tests on one worker,
+    every other module as one unit (support/parallel.py)."""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from support.parallel import NodeGroupScheduling
 
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(xdist_group(item.nodeid, item.fixturenames)))
+    return NodeGroupScheduling(config, log)
+
+
+def pytest_itemcollected(item):
+    from support.parallel import check_node_test_location
+
+    try:
+        check_node_test_location(item.nodeid, item.fixturenames)
+    except ValueError as error:
+        raise pytest.UsageError(str(error)) from None
 
 
 @pytest.fixture(scope="session")

@@ -135,25 +135,11 @@ def import_archives(paths: ContainerdPaths, archives: list[Path]) -> None:
         ctr(paths, "images", "import", "--snapshotter", "overlayfs", str(archive))
 
 
-def _bundle_pids(paths: ContainerdPaths, name: str) -> list[int]:
-    """The PIDs recorded as ``name`` (``shim.pid``, ``init.pid``) in every task bundle."""
-    pids = []
-    for pid_file in paths.state.glob(f"io.containerd.runtime.v2.task/*/*/{name}"):
-        try:
-            pids.append(int(pid_file.read_text().strip()))
-        except (OSError, ValueError):
-            continue
-    return pids
-
-
-def _serves(pid: int, socket: Path) -> bool:
-    """Whether process ``pid`` is a shim of this containerd (its command line names our socket),
-    so a PID reused since the file was written is never signalled."""
+def _argv(pid: int) -> list[bytes]:
     try:
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
-        return False
-    return str(socket).encode() in argv
+        return []
 
 
 def _parent_of(pid: int) -> int | None:
@@ -165,16 +151,33 @@ def _parent_of(pid: int) -> int | None:
     return int(stat[stat.rindex(")") + 2 :].split()[1])
 
 
+def _pids() -> list[int]:
+    return [int(entry.name) for entry in Path("/proc").iterdir() if entry.name.isdigit()]
+
+
+def shims_of(paths: ContainerdPaths) -> set[int]:
+    """The PIDs of the shims this containerd started: each is told this instance's own socket
+    (``-address <instance>/node/containerd/containerd.sock``), which no other process names."""
+    socket = str(paths.socket).encode()
+    shims = set()
+    for pid in _pids():
+        argv = _argv(pid)
+        if b"-address" in argv[:-1] and argv[argv.index(b"-address") + 1] == socket:
+            shims.add(pid)
+    return shims
+
+
 def kill_all_tasks(paths: ContainerdPaths) -> int:
     """SIGKILL every container and shim this containerd started; returns how many were signalled.
 
     Run after the kubelet is stopped, so nothing restarts them. The shims run in sessions of
-    their own and would outlive containerd. Their PIDs come from the task bundles' PID files
-    (each checked against the process it names), not from one ``ctr`` call per task: a node
-    the tests leave with a hundred tasks stops in a second instead of a minute."""
-    shims = {pid for pid in _bundle_pids(paths, "shim.pid") if _serves(pid, paths.socket)}
+    their own and would outlive containerd. They are found by this instance's socket on their
+    command lines (``shims_of``) and their containers are their children, so a node the tests
+    leave with a hundred tasks stops in a second instead of a minute of one ``ctr`` call per
+    task, and it works as well after containerd itself has died."""
+    shims = shims_of(paths)
     # A container's init is its shim's child; killing it ends its PID namespace with it.
-    inits = {pid for pid in _bundle_pids(paths, "init.pid") if _parent_of(pid) in shims}
+    inits = {pid for pid in _pids() if _parent_of(pid) in shims}
     victims = [*sorted(inits), *sorted(shims)]
     for pid in victims:
         try:

@@ -1,17 +1,19 @@
-"""Stopping the real node: every container and shim of this containerd is killed by the PIDs its
-task bundles record, and no other process is, even one whose PID a stale file names."""
+"""Stopping the real node: every shim of this containerd (found by this instance's socket on its
+command line) and its containers are killed by PID, and no process of another instance is."""
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import textwrap
 import time
 
-from stepscope_dev.realnode.containerd import ContainerdPaths, kill_all_tasks
+from stepscope_dev.realnode.containerd import ContainerdPaths, kill_all_tasks, shims_of
 
-# A stand-in shim: it names the socket on its command line, as containerd's shims do, starts a
-# child (the container's init) and prints that child's PID.
+# A stand-in shim: it is told a containerd socket as containerd's shims are, starts a child
+# (the container's init) and prints that child's PID.
 SHIM = textwrap.dedent(
     """
     import subprocess, sys, time
@@ -22,48 +24,42 @@ SHIM = textwrap.dedent(
 )
 
 
-def _gone(process: subprocess.Popen | int) -> bool:
-    if isinstance(process, subprocess.Popen):
-        return process.poll() is not None
+def _gone(pid: int) -> bool:
     try:
-        with open(f"/proc/{process}/stat") as stat:
-            return stat.read().split(") ")[1].startswith("Z")
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(") ", 1)[1].startswith("Z")
     except OSError:
         return True
 
 
-def _bundle(paths: ContainerdPaths, task: str, **pids: int) -> None:
-    bundle = paths.state / "io.containerd.runtime.v2.task" / "k8s.io" / task
-    bundle.mkdir(parents=True)
-    for name, pid in pids.items():
-        (bundle / f"{name}.pid").write_text(str(pid))
-
-
-def test_the_shims_and_their_containers_are_killed_and_a_stranger_is_not(tmp_path):
-    paths = ContainerdPaths(tmp_path)
+def _shim(socket) -> tuple[subprocess.Popen, int]:
     shim = subprocess.Popen(
-        [sys.executable, "-c", SHIM, "-address", str(paths.socket)], stdout=subprocess.PIPE
+        [sys.executable, "-c", SHIM, "-namespace", "k8s.io", "-address", str(socket)],
+        stdout=subprocess.PIPE,
     )
-    stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
-    try:
-        init = int(shim.stdout.readline())
-        _bundle(paths, "sandbox", shim=shim.pid, init=init)
-        # A second container of the same pod, served by the same shim.
-        _bundle(paths, "container", init=init)
-        # A stale bundle whose PIDs now name a process that is not one of ours.
-        _bundle(paths, "stale", shim=stranger.pid, init=stranger.pid)
+    return shim, int(shim.stdout.readline())
 
-        assert kill_all_tasks(paths) == 2
+
+def test_this_nodes_shims_and_their_containers_are_killed_and_another_nodes_are_not(tmp_path):
+    ours = ContainerdPaths(tmp_path / "ours")
+    theirs = ContainerdPaths(tmp_path / "theirs")
+    shim, init = _shim(ours.socket)
+    other_shim, other_init = _shim(theirs.socket)
+    try:
+        assert shims_of(ours) == {shim.pid}
+        assert kill_all_tasks(ours) == 2
         deadline = time.monotonic() + 10
-        while not (_gone(shim) and _gone(init)) and time.monotonic() < deadline:
+        while not (_gone(shim.pid) and _gone(init)) and time.monotonic() < deadline:
+            shim.poll()
             time.sleep(0.05)
-        assert _gone(shim) and _gone(init)
-        assert stranger.poll() is None
+        assert _gone(shim.pid) and _gone(init)
+        assert other_shim.poll() is None and not _gone(other_init)
     finally:
-        for process in (shim, stranger):
+        for process in (shim, other_shim):
             process.kill()
             process.wait(timeout=10)
+        os.kill(other_init, signal.SIGKILL)
 
 
-def test_a_node_without_tasks_signals_nothing(tmp_path):
+def test_a_node_without_shims_signals_nothing(tmp_path):
     assert kill_all_tasks(ContainerdPaths(tmp_path)) == 0
