@@ -27,7 +27,13 @@ from stepscope.api.session import GROUP, VERSION
 from stepscope_operator.context import OperatorContext
 from stepscope_operator.errors import describe_exception
 from stepscope_operator.kubeapi import KubeApi, load_api_client
-from stepscope_operator.metrics import forget_schedule, forget_session, serve_metrics
+from stepscope_operator.metrics import (
+    LagRecord,
+    forget_schedule,
+    forget_session,
+    serve_metrics,
+    watch_loop_lag,
+)
 from stepscope_operator.schedules.flow import reconcile_schedule
 from stepscope_operator.session_modes import run_session
 from stepscope_operator.sessions.flow import cleanup_session
@@ -72,6 +78,8 @@ async def configure(
     session_queue: kopf.Index[None, QueueEntry],
     **_: Any,
 ) -> None:
+    # First, so that a stall anywhere after it, the start included, shows on /metrics.
+    memo.loop_lag = asyncio.create_task(watch_loop_lag(LagRecord()), name="loop-lag")
     # Our own annotations and finalizer, so `kubectl get -o yaml` shows whose they are.
     settings.persistence.finalizer = FINALIZER
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
@@ -140,8 +148,9 @@ async def sweep_deleted_sessions(ctx: OperatorContext, logger: logging.Logger) -
 
 @kopf.on.cleanup()
 async def close_clients(memo: kopf.Memo, **_: Any) -> None:
-    if getattr(memo, "sweeper", None) is not None:
-        memo.sweeper.cancel()
+    for task in ("sweeper", "loop_lag"):
+        if getattr(memo, task, None) is not None:
+            getattr(memo, task).cancel()
     if getattr(memo, "http", None) is not None:
         await memo.http.close()
 

@@ -1,4 +1,5 @@
-"""Prometheus metrics: how sessions end, and the regressions schedules find.
+"""Prometheus metrics: how sessions end, the regressions schedules find, and how late the
+operator's own event loop runs (`watch_loop_lag`).
 
 Served on STEPSCOPE_METRICS_PORT (9090 unless set; 0 turns it off). Every label value is a
 Kubernetes object name (a namespace, a schedule, a job as kind/name) or a word from a fixed
@@ -11,6 +12,7 @@ that exist.
 
 from __future__ import annotations
 
+import asyncio
 import re
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
@@ -82,6 +84,22 @@ AGENT_CALL_FAILURES = Counter(
     ["namespace", "call"],
 )
 
+# The operator's own health: one tenant's input must never stall the loop that serves every
+# tenant (issue 24), measured by `watch_loop_lag`. No labels: one series each, whatever the
+# cluster holds.
+EVENT_LOOP_LAG = Histogram(
+    "stepscope_operator_event_loop_lag_seconds",
+    "How late the event loop ran a sleeper due every 0.1 s: time it was kept from running.",
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
+)
+EVENT_LOOP_LAG_MAX = Gauge(
+    "stepscope_operator_event_loop_lag_max_seconds",
+    "The longest event-loop lag seen since the operator started.",
+)
+# Short enough that a stall of a tenth of a second shows, long enough that the sleeper
+# itself costs nothing measurable (ten wake-ups a second).
+LAG_INTERVAL_S = 0.1
+
 _CATEGORIES = ("compute", "exposed_communication", "data_loading", "host_overhead", "idle")
 _SCHEDULE_SERIES = (REGRESSIONS, VERDICTS, LAST_STEP_TIME_DELTA)
 _TARGET_SERIES = (SESSION_STEP_TIME, SESSION_BREAKDOWN)
@@ -147,6 +165,36 @@ def forget_schedule(namespace: str, schedule: str) -> None:
     """On a schedule's deletion: every series labelled with it."""
     for metric in _SCHEDULE_SERIES:
         metric.remove_by_labels({"namespace": namespace, "schedule": schedule})
+
+
+class LagRecord:
+    """The event loop's lags seen so far: each one observed, the largest kept."""
+
+    def __init__(self) -> None:
+        self.max_s = 0.0
+
+    def observe(self, lag_s: float) -> None:
+        lag_s = max(0.0, lag_s)
+        EVENT_LOOP_LAG.observe(lag_s)
+        if lag_s > self.max_s:
+            self.max_s = lag_s
+            EVENT_LOOP_LAG_MAX.set(lag_s)
+
+
+async def watch_loop_lag(record: LagRecord, interval_s: float = LAG_INTERVAL_S) -> None:
+    """Sleep `interval_s` at a time, forever, recording how late each wake-up came.
+
+    Every session, the webhook and the artifact endpoint share one asyncio loop, so anything
+    that holds it (a tenant's reply parsed on it, a walk over a tenant's dump, a collector
+    pass over a million new objects) stalls every tenant at once, and the webhook, whose
+    failurePolicy is Ignore, lets pods start without their agent meanwhile. How much later
+    than asked the sleeper wakes is the time the loop spent on something else; the
+    hostile-tenant test holds every wake-up during its attack within a second."""
+    loop = asyncio.get_running_loop()
+    while True:
+        asked = loop.time()
+        await asyncio.sleep(interval_s)
+        record.observe(loop.time() - asked - interval_s)
 
 
 def serve_metrics(port: int, address: str) -> None:
