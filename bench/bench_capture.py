@@ -82,7 +82,7 @@ class _Sink(BaseHTTPRequestHandler):
 class Sidecar:
     """A real sidecar that trusts this run's keys and uploads only to the sink."""
 
-    NAMESPACE, POD = "bench", "bench-0"
+    NAMESPACE, POD, POD_UID = "bench", "bench-0", "b0b0b0b0-0000-4000-8000-000000000000"
 
     def __init__(self, work: Path, sink: str) -> None:
         self.dir, self.port, self.keyring = work / "agent", free_port(), AgentKeyring.generate()
@@ -96,6 +96,7 @@ class Sidecar:
             STEPSCOPE_AGENT_PORT=str(self.port),
             STEPSCOPE_POD_NAME=self.POD,
             STEPSCOPE_POD_NAMESPACE=self.NAMESPACE,
+            STEPSCOPE_POD_UID=self.POD_UID,
             STEPSCOPE_AGENT_LOG_LEVEL="WARNING",
         )
         self.process = subprocess.Popen([sys.executable, "-m", "stepscope_agent.sidecar"], env=env)
@@ -115,6 +116,7 @@ class Sidecar:
             keyring=self.keyring,
             namespace=self.NAMESPACE,
             pod=self.POD,
+            pod_uid=self.POD_UID,
             body=body,
         )
         if code >= 400:

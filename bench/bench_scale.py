@@ -57,7 +57,7 @@ from pathlib import Path
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from prometheus_client.parser import text_string_to_metric_families
-from stepscope_dev.agent_fleet import AgentFleet, node_manifest, pod_manifest, running_status
+from stepscope_dev.agent_fleet import AgentFleet
 from stepscope_dev.build import ensure_binaries
 from stepscope_dev.cluster import start_cluster, stop_cluster
 from stepscope_dev.fleet_gpu_traces import TRACE_SOURCES
@@ -134,14 +134,7 @@ def run_one(cluster, api: k8s.ApiClient, ranks: int, scenario: str, args, root: 
         lateness=lateness,
         traces=args.traces,
     )
-    pods = fleet.add_pods([f"train-worker-{i}" for i in range(pods_n)], per_pod)
-    existing = {n.metadata.name for n in core.list_node(label_selector="stepscope.dev/fleet").items}
-    for pod in pods:
-        if pod.node not in existing:
-            core.create_node(node_manifest(pod.node))
-        manifest = pod_manifest(pod.name, "train", pod.index, per_pod, pod.node)
-        core.create_namespaced_pod(namespace, manifest)
-        core.patch_namespaced_pod_status(pod.name, namespace, {"status": running_status(pod.ip)})
+    fleet.add_pods(core, [f"train-worker-{i}" for i in range(pods_n)], per_pod, job="train")
     fleet.start()
     operator = OperatorProcess(
         operator_env(

@@ -7,8 +7,9 @@ only public keys, so whoever reads the pod spec learns nothing that makes a call
 The signature covers the body's SHA-256, so a call is checked in two steps, and the HTTP server
 reads no body before the first has passed (`CallVerifier.check_headers`), in this order:
 
-* it names this agent's own namespace and pod as its target (a call signed for another pod,
-  or for the same pod name in another namespace, is refused);
+* it names this agent's own namespace, pod and pod UID as its target (a call signed for
+  another pod, for the same pod name in another namespace, or for an earlier pod of this name
+  whose address this pod now has, is refused);
 * its timestamp is within ``CLOCK_WINDOW_SECONDS`` of this agent's clock, and not before this
   agent started (see below);
 * its nonce is well-formed and was not seen within the window;
@@ -54,6 +55,7 @@ from stepscope.api.agent import (
     TARGET_HEADER,
     TIMESTAMP_HEADER,
     TRUSTED_KEYS_ENV,
+    call_target,
     canonical_call,
     key_id,
 )
@@ -119,11 +121,12 @@ class UnverifiedCall:
 
 @dataclass
 class CallVerifier:
-    """Checks the signed headers of calls to one agent (one namespace and pod)."""
+    """Checks the signed headers of calls to one agent (one namespace, pod and pod UID)."""
 
     trusted_keys: Mapping[str, Ed25519PublicKey]
     namespace: str
     pod: str
+    pod_uid: str
     clock: Callable[[], float] = time.time
     window_seconds: int = CLOCK_WINDOW_SECONDS
     max_nonces: int = MAX_REMEMBERED_NONCES
@@ -137,6 +140,11 @@ class CallVerifier:
         if self.started_at is None:
             self.started_at = self.clock()
 
+    @property
+    def identity(self) -> str:
+        """The pod this agent serves, as calls name it and replies echo it."""
+        return call_target(self.namespace, self.pod, self.pod_uid)
+
     def verify(self, method: str, path: str, body: bytes, headers: Mapping[str, str]) -> None:
         """Return when the call is accepted; raise CallRefused naming the reason otherwise."""
         self.check_body(self.check_headers(method, path, headers), body)
@@ -144,10 +152,8 @@ class CallVerifier:
     def check_headers(self, method: str, path: str, headers: Mapping[str, str]) -> UnverifiedCall:
         """Everything that can be checked before the body is read; raises CallRefused."""
         target = _header(headers, TARGET_HEADER)
-        if target != f"{self.namespace}/{self.pod}":
-            raise CallRefused(
-                f"the call is signed for {target!r}, this agent is {self.namespace}/{self.pod}"
-            )
+        if target != self.identity:
+            raise CallRefused(_wrong_target(target, self.identity))
         timestamp = _timestamp(_header(headers, TIMESTAMP_HEADER))
         now = self.clock()
         if abs(now - timestamp) > self.window_seconds:
@@ -182,7 +188,14 @@ class CallVerifier:
         """Verify the call's signatures over its body and remember its nonce; raises
         CallRefused."""
         signed = canonical_call(
-            call.method, call.path, body, call.timestamp, call.nonce, self.namespace, self.pod
+            call.method,
+            call.path,
+            body,
+            call.timestamp,
+            call.nonce,
+            self.namespace,
+            self.pod,
+            self.pod_uid,
         )
         if not any(_verifies(key, signature, signed) for key, signature in call.signatures):
             raise CallRefused("no signature verifies against this agent's trusted operator keys")
@@ -206,6 +219,19 @@ class CallVerifier:
                 "try again shortly",
                 busy=True,
             )
+
+
+def _wrong_target(target: str, identity: str) -> str:
+    """Why a call for `target` is refused by the agent of `identity`. A call for this pod's
+    name with another UID says so: it was meant for another pod of the same name (one
+    replaced the other), and the caller's address for it is stale."""
+    clipped = target[:300]
+    if target.rpartition("/")[0] == identity.rpartition("/")[0]:
+        return (
+            f"the call is signed for {clipped!r}, another pod of this name (one replaced the "
+            f"other); this agent is {identity}"
+        )
+    return f"the call is signed for {clipped!r}, this agent is {identity}"
 
 
 def _verifies(key: Ed25519PublicKey, signature: bytes, signed: bytes) -> bool:

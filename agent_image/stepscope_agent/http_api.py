@@ -1,14 +1,16 @@
 """The sidecar's HTTP/JSON API (stepscope.api.agent, version v1) on the standard library.
 
-Every request must be signed by the operator for this pod (`call_auth`). The signature covers
-the body's hash, so a call is admitted in steps and no body byte is read before the headers
-passed: the signed headers (target, clock window, start of this agent, nonce, a trusted key
-id), then the declared Content-Length against the endpoint's own limit (`BODY_LIMITS`; every
-other method and path takes no body), then exactly that many bytes within the body timeout,
-then the signature over them. Connections, threads and the time each may take are bounded by
-the server underneath (`bounded_http`). Capture requests whose grants point anywhere but the
-configured storage endpoint are refused (`grant_endpoint`). The handler talks to the agent
-only through `AgentService`, so this module does not import the sidecar that serves it.
+Every request must be signed by the operator for this pod, by namespace, name and UID
+(`call_auth`), and every reply names the pod it comes from (``SERVED_BY_HEADER``). The
+signature covers the body's hash, so a call is admitted in steps and no body byte is read
+before the headers passed: the signed headers (target, clock window, start of this agent,
+nonce, a trusted key id), then the declared Content-Length against the endpoint's own limit
+(`BODY_LIMITS`; every other method and path takes no body), then exactly that many bytes
+within the body timeout, then the signature over them. Connections, threads and the time
+each may take are bounded by the server underneath (`bounded_http`). Capture requests whose
+grants point anywhere but the configured storage endpoint are refused (`grant_endpoint`). The
+handler talks to the agent only through `AgentService`, so this module does not import the
+sidecar that serves it.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from pydantic import ValidationError
 
 from stepscope.api.agent import (
     CAPTURES_PATH,
+    SERVED_BY_HEADER,
     STATUS_PATH,
     AgentStatus,
     CaptureRequest,
@@ -79,7 +82,7 @@ class AgentHttpServer(BoundedHTTPServer):
         self.service = service
         self.storage_endpoint = config.storage_endpoint
         self.verifier = verifier or CallVerifier(
-            parse_trusted_keys(config.trusted_keys), config.namespace, config.pod
+            parse_trusted_keys(config.trusted_keys), config.namespace, config.pod, config.pod_uid
         )
         super().__init__(
             (config.host, config.port),
@@ -242,6 +245,9 @@ class AgentRequestHandler(BoundedRequestHandler):
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
+        # Every reply names the pod this agent serves: an operator whose address for a pod
+        # is stale refuses what another honest agent answers there (stepscope.api.agent).
+        self.send_header(SERVED_BY_HEADER, self.server.verifier.identity)
         if status == HTTPStatus.UNAUTHORIZED:
             self.send_header("WWW-Authenticate", "Stepscope-Signature")
         self.end_headers()

@@ -15,6 +15,7 @@ from stepscope_agent.grant_endpoint import StorageEndpoint, StorageEndpointError
 HOST_ENV = "STEPSCOPE_AGENT_HOST"
 POD_NAME_ENV = "STEPSCOPE_POD_NAME"
 POD_NAMESPACE_ENV = "STEPSCOPE_POD_NAMESPACE"
+POD_UID_ENV = "STEPSCOPE_POD_UID"
 NODE_NAME_ENV = "STEPSCOPE_NODE_NAME"
 LOG_LEVEL_ENV = "STEPSCOPE_AGENT_LOG_LEVEL"
 HEADER_TIMEOUT_ENV = "STEPSCOPE_AGENT_HEADER_TIMEOUT_SECONDS"
@@ -39,6 +40,11 @@ class SidecarSettings(BaseModel):
     )
     pod: str
     namespace: str = Field(description="This pod's namespace: calls must be signed for it.")
+    pod_uid: str = Field(
+        min_length=1,
+        description="This pod's UID: calls must be signed for it, so a call meant for another "
+        "pod that had this pod's address (or name) is refused; every reply names it.",
+    )
     node: str | None = None
     log_level: str = "INFO"
     header_timeout_seconds: float = Field(
@@ -65,11 +71,13 @@ class SidecarSettings(BaseModel):
                 f"set {settings.AGENT_DIR_ENV} to the directory shared with the trainer"
             )
         # Each of these is required: without keys no call could be verified, without the
-        # namespace a call signed for any namespace's pod of the same name would pass, and
-        # without the endpoint uploads could be pointed anywhere.
+        # namespace a call signed for any namespace's pod of the same name would pass, without
+        # the UID one signed for an earlier pod of this name or address would, and without the
+        # endpoint uploads could be pointed anywhere.
         for name, what in (
             (TRUSTED_KEYS_ENV, "the operator's public keys (the webhook injects them)"),
             (POD_NAMESPACE_ENV, "this pod's namespace (downward API metadata.namespace)"),
+            (POD_UID_ENV, "this pod's UID (downward API metadata.uid)"),
             (STORAGE_ENDPOINT_ENV, "the storage endpoint grants must point at"),
         ):
             if not env.get(name):
@@ -86,6 +94,7 @@ class SidecarSettings(BaseModel):
             storage_endpoint=endpoint,
             pod=env.get(POD_NAME_ENV) or socket.gethostname(),
             namespace=env[POD_NAMESPACE_ENV],
+            pod_uid=env[POD_UID_ENV],
             node=env.get(NODE_NAME_ENV),
             log_level=env.get(LOG_LEVEL_ENV, "INFO"),
             **{

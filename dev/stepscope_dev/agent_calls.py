@@ -22,14 +22,16 @@ def signed_call(
     keyring: AgentKeyring,
     namespace: str,
     pod: str,
+    pod_uid: str,
     body: dict[str, Any] | None = None,
     headers: dict[str, str] | None = None,
     timeout: float = 10.0,
 ) -> tuple[int, Any]:
     """(HTTP status, JSON body) of one call to the agent at `address` (host:port), signed for
-    `namespace`/`pod`; `headers` replace signed ones, to send a tampered call on purpose."""
+    `namespace`/`pod` with `pod_uid`; `headers` replace signed ones, to send a tampered call on
+    purpose."""
     data = b"" if body is None else json.dumps(body).encode()
-    sent = keyring.signed_headers(method, path, data, namespace, pod)
+    sent = keyring.signed_headers(method, path, data, namespace, pod, pod_uid)
     if body is not None:
         sent["Content-Type"] = "application/json"
     sent.update(headers or {})

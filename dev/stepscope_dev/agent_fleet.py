@@ -20,7 +20,11 @@ beside training), so the sidecar compresses, summarises and uploads a real trace
 
 The pods exist as real API objects (`pod_manifest`, `running_status`), each bound to its
 own Node object (`node_manifest`), so a session finds them, reads their loopback IPs, calls
-the sidecars there and knows which ranks share a node.
+the sidecars there and knows which ranks share a node. The objects are created first: each
+sidecar serves the UID its pod got (calls are signed for it). Every sidecar records the target
+of each call it received, accepted or not (`FleetPod.calls`), so a test can tell where the
+operator's calls went; `take_over` gives a pod's address to a sidecar of another pod, as a
+reused pod IP does.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from stepscope_agent import messages
+from stepscope_agent.call_auth import CallVerifier, UnverifiedCall, parse_trusted_keys
 from stepscope_agent.grant_endpoint import StorageEndpoint
 from stepscope_agent.http_api import AgentHttpServer
 from stepscope_agent.registry import RankLink
@@ -47,6 +52,7 @@ from stepscope_agent.sidecar import Agent
 from stepscope_agent.sidecar_settings import SidecarSettings
 from stepscope_agent.stepping import StepCounter, StepRecord
 
+from stepscope.api.agent import TARGET_HEADER
 from stepscope.failures import FailureCode
 from stepscope_dev.fleet_gpu_traces import recorded_traces
 from stepscope_dev.fleet_traces import Lateness
@@ -66,6 +72,25 @@ DEADLINE_CHECK_S = 1.0
 def fleet_ip(index: int) -> str:
     """The loopback address of the fleet's `index`-th pod (up to 65,024 pods)."""
     return f"{FLEET_NETWORK}.{index // 254}.{index % 254 + 1}"
+
+
+def fleet_node(index: int) -> str:
+    """The Node object the fleet's `index`-th pod is bound to."""
+    return f"fleet-node-{index}"
+
+
+class _RecordingVerifier(CallVerifier):
+    """The real call check, which first notes the target each call names."""
+
+    def __init__(self, config: SidecarSettings) -> None:
+        super().__init__(
+            parse_trusted_keys(config.trusted_keys), config.namespace, config.pod, config.pod_uid
+        )
+        self.targets: list[str] = []
+
+    def check_headers(self, method: str, path: str, headers) -> UnverifiedCall:
+        self.targets.append(headers.get(TARGET_HEADER) or "")
+        return super().check_headers(method, path, headers)
 
 
 class _LocalLink(RankLink):
@@ -101,7 +126,7 @@ class _SharedServer(AgentHttpServer):
 
     def __init__(self, agent: Agent, config: SidecarSettings, handlers: ThreadPoolExecutor):
         self._handlers = handlers
-        super().__init__(agent, config)
+        super().__init__(agent, config, _RecordingVerifier(config))
         self.timeout = 0.1
 
     def process_request(self, request, client_address) -> None:
@@ -207,6 +232,12 @@ class FleetPod:
     def stopped(self) -> bool:
         return self.server.socket.fileno() == -1
 
+    @property
+    def calls(self) -> list[str]:
+        """The target (``namespace/pod/uid``) of every call this sidecar received, in order,
+        whether it was accepted or not."""
+        return list(self.server.verifier.targets)
+
 
 class AgentFleet:
     """`pods` real sidecars of `ranks_per_pod` simulated ranks each, on fleet addresses."""
@@ -240,36 +271,85 @@ class AgentFleet:
         self._stop = threading.Event()
         self.global_step = 0
 
-    def add_pods(self, names: list[str], ranks_per_pod: int) -> list[FleetPod]:
+    def add_pods(
+        self, core: Any, names: list[str], ranks_per_pod: int, job: str = "fleet"
+    ) -> list[FleetPod]:
+        """Pods `names` of `ranks_per_pod` ranks each, on the next fleet addresses: each pod
+        object (labelled ``app: <job>``) is created in the API server through `core` (a
+        kubernetes ``CoreV1Api``), bound to its own fleet node and marked running there, and
+        then its sidecar serves the UID the pod got."""
         world = (len(self.pods) + len(names)) * ranks_per_pod
         for name in names:
             index = len(self.pods)
-            node = f"fleet-node-{index}"
-            config = SidecarSettings(
-                agent_dir=self.root / name,
-                host=fleet_ip(index),
-                port=self.port,
-                trusted_keys=self.trusted_keys,
-                storage_endpoint=self.storage_endpoint,
-                pod=name,
-                namespace=self.namespace,
-                node=node,
-                log_level="WARNING",
+            manifest = pod_manifest(name, job, index, ranks_per_pod, fleet_node(index))
+            uid = create_running_pod(core, self.namespace, manifest, fleet_ip(index))
+            first_rank = index * ranks_per_pod
+            self.pods.append(
+                self._serve_pod(name, uid, index, ranks_per_pod, first_rank, world, name)
             )
-            config.agent_dir.mkdir(parents=True, exist_ok=True)
-            agent = Agent(config, publisher=self.publisher)
-            server = _SharedServer(agent, config, self.handlers)
-            pod = FleetPod(name, index, config.host, node, self, agent, server)
-            base = len(self.pods) * ranks_per_pod
-            for local in range(ranks_per_pod):
-                rank = SimulatedRank(base + local, local, world, pod)
-                rank.counter.set_global_step(self.global_step)
-                pod.ranks.append(rank)
-                agent.registry.attach(rank.link)
-            with self._lock:
-                self._selector.register(server.socket, selectors.EVENT_READ, server)
-            self.pods.append(pod)
         return self.pods[-len(names) :]
+
+    def take_over(
+        self, core: Any, pod: FleetPod, name: str, namespace: str, job: str = "fleet"
+    ) -> FleetPod:
+        """A new pod `name` in `namespace` (labelled ``app: <job>``) that gets `pod`'s node and
+        IP, as the next pod on a node may get a deleted pod's IP: `pod`'s sidecar stops, and
+        the new pod's sidecar, with as many ranks, serves the address from then on."""
+        manifest = pod_manifest(name, job, pod.index, len(pod.ranks), pod.node)
+        uid = create_running_pod(core, namespace, manifest, pod.ip)
+        pod.stop_agent()
+        pod.agent.registry.close()
+        # A directory of its own: the new pod may have the old one's name.
+        directory = f"{name}-{uid[:8]}"
+        new = self._serve_pod(
+            name,
+            uid,
+            pod.index,
+            len(pod.ranks),
+            pod.ranks[0].rank,
+            len(self.ranks),
+            directory,
+            namespace,
+        )
+        self.pods[pod.index] = new
+        return new
+
+    def _serve_pod(
+        self,
+        name: str,
+        uid: str,
+        index: int,
+        ranks_per_pod: int,
+        first_rank: int,
+        world: int,
+        directory: str,
+        namespace: str | None = None,
+    ) -> FleetPod:
+        node = fleet_node(index)
+        config = SidecarSettings(
+            agent_dir=self.root / directory,
+            host=fleet_ip(index),
+            port=self.port,
+            trusted_keys=self.trusted_keys,
+            storage_endpoint=self.storage_endpoint,
+            pod=name,
+            namespace=namespace or self.namespace,
+            pod_uid=uid,
+            node=node,
+            log_level="WARNING",
+        )
+        config.agent_dir.mkdir(parents=True, exist_ok=True)
+        agent = Agent(config, publisher=self.publisher)
+        server = _SharedServer(agent, config, self.handlers)
+        pod = FleetPod(name, index, config.host, node, self, agent, server)
+        for local in range(ranks_per_pod):
+            rank = SimulatedRank(first_rank + local, local, world, pod)
+            rank.counter.set_global_step(self.global_step)
+            pod.ranks.append(rank)
+            agent.registry.attach(rank.link)
+        with self._lock:
+            self._selector.register(server.socket, selectors.EVENT_READ, server)
+        return pod
 
     @property
     def ranks(self) -> list[SimulatedRank]:
@@ -370,3 +450,15 @@ def pod_manifest(name: str, job: str, index: int, ranks_per_pod: int, node: str)
 def running_status(ip: str) -> dict[str, Any]:
     """The status a kubelet would write for the pod once it runs on `ip`."""
     return {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}]}
+
+
+def create_running_pod(core: Any, namespace: str, manifest: dict[str, Any], ip: str) -> str:
+    """Create the pod (and its fleet node, when missing) through `core`, mark it running on
+    `ip`, and return the UID the API server gave it."""
+    node = manifest["spec"]["nodeName"]
+    if not core.list_node(field_selector=f"metadata.name={node}").items:
+        core.create_node(node_manifest(node))
+    created = core.create_namespaced_pod(namespace, manifest)
+    name = manifest["metadata"]["name"]
+    core.patch_namespaced_pod_status(name, namespace, {"status": running_status(ip)})
+    return created.metadata.uid

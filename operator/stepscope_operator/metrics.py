@@ -78,9 +78,11 @@ GRANT_SIGNING = Counter(
     "CPU time spent signing the agents' upload grants (off the event loop), summed over pods.",
     ["namespace"],
 )
+# The words of AGENT_CALL_FAILURES' `call` label, one per agent endpoint.
+AGENT_CALLS = ("status", "arm", "capture", "cancel", "hang-dump")
 AGENT_CALL_FAILURES = Counter(
     "stepscope_agent_call_failures_total",
-    "Agent calls that failed after their retries, by call (status, arm, capture, cancel).",
+    f"Agent calls that failed after their retries, by call ({', '.join(AGENT_CALLS)}).",
     ["namespace", "call"],
 )
 

@@ -5,10 +5,14 @@ them, the operator builds requests and parses answers with them. The models carr
 torch- or kopf-specific. On the wire every field is camelCase; in Python it is snake_case.
 
 Auth: every call is signed by the operator (Ed25519, see ``canonical_call``): the headers carry
-a timestamp, a nonce, the namespace and pod the call is meant for, and one signature per
-operator key. An agent trusts the public keys named by ``TRUSTED_KEYS_ENV`` and accepts a call
-only for its own namespace and pod, within ``CLOCK_WINDOW_SECONDS`` of its clock, with a nonce it
-has not seen, and with a signature by one of those keys. No secret reaches the pod.
+a timestamp, a nonce, the namespace, name and UID of the pod the call is meant for, and one
+signature per operator key. An agent trusts the public keys named by ``TRUSTED_KEYS_ENV`` and
+accepts a call only for its own namespace, pod and pod UID, within ``CLOCK_WINDOW_SECONDS`` of its
+clock, with a nonce it has not seen, and with a signature by one of those keys. No secret reaches
+the pod. Every reply names the pod that answered (``SERVED_BY_HEADER``), and the operator refuses
+one that names another: an honest agent at an address that now belongs to another pod is told
+apart. A hostile pod can name any pod, so what binds a call to its pod is the operator's
+refresh of each pod's address and UID from the API server before every call round.
 
 Bounds: the agent runs in a tenant's pod, so its replies are hostile input to the shared
 operator. Every list, dict and string here declares its bound (``max_length``, or
@@ -72,6 +76,8 @@ TIMESTAMP_HEADER = "X-Stepscope-Timestamp"
 NONCE_HEADER = "X-Stepscope-Nonce"
 TARGET_HEADER = "X-Stepscope-Target"
 SIGNATURE_HEADER = "X-Stepscope-Signature"
+# Every reply of an agent names the pod it serves, in the target header's form (`call_target`).
+SERVED_BY_HEADER = "X-Stepscope-Served-By"
 # How far a call's timestamp may be from the agent's clock, either way. A minute absorbs clock
 # skew between nodes and a slow network; a captured call is useless after it, and the agent
 # only has to remember nonces for that long.
@@ -80,7 +86,8 @@ CLOCK_WINDOW_SECONDS = 60
 NONCE_PATTERN = r"^[0-9a-f]{32}$"
 # More signatures than this in one header are refused unread (rotation needs two).
 MAX_SIGNATURES = 4
-CALL_SIGNATURE_CONTEXT = "stepscope-agent-call/v1"
+# v2 signs the pod's UID too; an agent of v1 refuses every v2 call, and the other way round.
+CALL_SIGNATURE_CONTEXT = "stepscope-agent-call/v2"
 
 STATUS_PATH = f"/{API_VERSION}/status"
 CAPTURES_PATH = f"/{API_VERSION}/captures"
@@ -130,21 +137,30 @@ def canonical_call(
     nonce: str,
     namespace: str,
     pod: str,
+    pod_uid: str,
 ) -> bytes:
     """The bytes an operator call's signature covers, one field per line.
 
     The context string keeps a signature from meaning anything to another protocol; the body
-    enters as its SHA-256, so the agent hashes once what it reads anyway. Namespace and pod are
-    the call's target: an agent builds this from its own identity, so a call signed for any
-    other pod does not verify. No field may contain a newline, or two different calls could
-    share one form.
+    enters as its SHA-256, so the agent hashes once what it reads anyway. Namespace, pod and
+    pod UID are the call's target: an agent builds this from its own identity, so a call
+    signed for any other pod, or for an earlier pod of the same name, does not verify. No
+    field may contain a newline, or two different calls could share one form.
     """
-    fields = (method.upper(), path, str(timestamp), nonce, namespace, pod)
+    fields = (method.upper(), path, str(timestamp), nonce, namespace, pod, pod_uid)
     if any("\n" in field for field in fields):
-        raise ValueError("a signed call's method, path, nonce, namespace and pod hold no newline")
+        raise ValueError(
+            "a signed call's method, path, nonce, namespace, pod and pod UID hold no newline"
+        )
     digest = hashlib.sha256(body).hexdigest()
     lines = (CALL_SIGNATURE_CONTEXT, fields[0], path, digest, *fields[2:])
     return "\n".join(lines).encode()
+
+
+def call_target(namespace: str, pod: str, pod_uid: str) -> str:
+    """The value of ``TARGET_HEADER`` and ``SERVED_BY_HEADER``: ``namespace/pod/uid``. No part
+    holds a slash (namespaces and UIDs cannot, nor can pod names)."""
+    return f"{namespace}/{pod}/{pod_uid}"
 
 
 def key_id(public_key: bytes) -> str:

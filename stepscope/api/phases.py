@@ -55,6 +55,8 @@ class Reason(StrEnum):
     WINDOW_MISSED = "WindowMissed"
     REPLANNING = "Replanning"
     REPLANNED = "Replanned"
+    # A planned pod is gone, replaced or on the host network: its agent is not called.
+    POD_LOST = "PodLost"
     # Collecting and analysing.
     MERGING = "Merging"
     ANALYZED = "Analyzed"

@@ -26,6 +26,7 @@ def _capture_state(pod: dict, capture_id: str) -> str:
         keyring=AGENT_KEYRING,
         namespace=pod["metadata"]["namespace"],
         pod=pod["metadata"]["name"],
+        pod_uid=pod["metadata"]["uid"],
         timeout=5,
     )
     assert code == 200, body

@@ -40,6 +40,7 @@ from stepscope.api.agent import SIGNATURE_HEADER, STATUS_PATH, key_id
 pytestmark = pytest.mark.e2e
 
 VICTIM_NAMESPACE, VICTIM_POD = "team-a", "victim-0"
+VICTIM_UID = "7e1c0000-0000-4000-8000-000000000000"
 
 
 @pytest.fixture
@@ -64,6 +65,7 @@ def team_a_agent(e2e_platform, tmp_path) -> Iterator[str]:
         STEPSCOPE_AGENT_PORT=str(port),
         STEPSCOPE_POD_NAME=VICTIM_POD,
         STEPSCOPE_POD_NAMESPACE=VICTIM_NAMESPACE,
+        STEPSCOPE_POD_UID=VICTIM_UID,
     )
     log = (tmp_path / "victim.log").open("wb")
     process = subprocess.Popen(
@@ -88,6 +90,7 @@ def _signed_status(address: str, **headers: str) -> tuple[int, Any]:
             keyring=AGENT_KEYRING,
             namespace=VICTIM_NAMESPACE,
             pod=VICTIM_POD,
+            pod_uid=VICTIM_UID,
             headers=headers,
         )
     except OSError:

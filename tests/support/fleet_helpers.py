@@ -5,13 +5,18 @@ from __future__ import annotations
 
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
-from stepscope_dev.agent_fleet import AgentFleet, node_manifest, pod_manifest, running_status
+from stepscope_dev.agent_fleet import AgentFleet
 from stepscope_dev.fleet_traces import RECORDED_STEPS
 
 from support import free_port
 from support.operator_helpers import AGENT_KEYRING
 
-__all__ = ["fleet_session", "start_fleet"]
+__all__ = ["core_api", "fleet_session", "start_fleet"]
+
+
+def core_api(local_cluster) -> k8s.CoreV1Api:
+    api = k8s_config.new_client_from_config(config_file=str(local_cluster.kubeconfig))
+    return k8s.CoreV1Api(api)
 
 
 def start_fleet(
@@ -29,15 +34,8 @@ def start_fleet(
         storage_endpoint or local_cluster.s3_endpoint,
         **fleet_options,
     )
-    pods = fleet.add_pods([f"fleet-{index}" for index in range(pods_n)], ranks_per_pod)
-    api = k8s_config.new_client_from_config(config_file=str(local_cluster.kubeconfig))
-    core = k8s.CoreV1Api(api)
-    for pod in pods:
-        if not core.list_node(field_selector=f"metadata.name={pod.node}").items:
-            core.create_node(node_manifest(pod.node))
-        manifest = pod_manifest(pod.name, "fleet", pod.index, ranks_per_pod, pod.node)
-        core.create_namespaced_pod(namespace, manifest)
-        core.patch_namespaced_pod_status(pod.name, namespace, {"status": running_status(pod.ip)})
+    names = [f"fleet-{index}" for index in range(pods_n)]
+    fleet.add_pods(core_api(local_cluster), names, ranks_per_pod)
     fleet.start()
     return fleet
 

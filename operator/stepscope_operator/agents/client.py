@@ -1,18 +1,26 @@
 """HTTP calls from the operator to the agent sidecars (the v1 wire contract in
 `stepscope.api.agent`). One `AgentClient` per operator task; every call is bounded by
 a timeout, because one hung agent must never stall a whole session, and every reply by
-its kind's limits (`replies`), because one hostile agent must never stall the operator."""
+its kind's limits (`replies`), because one hostile agent must never stall the operator.
+
+A call goes to an `AgentAddress`: the pod's IP as the API server showed it this round, and
+the pod's UID, for which the call is signed. A reply that names another pod than the one
+called (``SERVED_BY_HEADER``) is refused before its body is read: an honest agent of another
+pod answers there, so the address is stale. A hostile pod can name any pod; what keeps calls
+from reaching it is that callers refresh each address from the API server before each round
+(`targets.pod_binding`)."""
 
 from __future__ import annotations
 
 import json
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import aiohttp
 
 from stepscope.api import agent as wire
+from stepscope.api.agent import SERVED_BY_HEADER, call_target
 from stepscope.api.hang_dump import HANG_DUMPS_PATH, HangDumpRequest, PodHangDumps
 from stepscope_operator.agents.fanout import FanOut, RetryPolicy
 from stepscope_operator.agents.replies import (
@@ -45,6 +53,15 @@ class AgentError(Exception):
         self.transient = transient
 
 
+class AgentAddress(NamedTuple):
+    """Where one pod's agent answers and which pod it must be: the call is signed for the
+    client's namespace, `pod` and `uid`, and the reply must name the same."""
+
+    pod: str
+    ip: str | None
+    uid: str
+
+
 @dataclass
 class CallTiming:
     """When the answered attempt of a call was sent and answered, for clock estimates
@@ -55,9 +72,11 @@ class CallTiming:
 
 
 def _call_name(method: str, path: str) -> str:
-    """The agent call as a bounded metric label: the path holds a capture id."""
+    """The agent call as a bounded metric label (`AGENT_CALLS`): the path holds a capture id."""
     if path == wire.STATUS_PATH:
         return "status"
+    if path == HANG_DUMPS_PATH:
+        return "hang-dump"
     return {"POST": "arm", "DELETE": "cancel"}.get(method, "capture")
 
 
@@ -93,34 +112,35 @@ class AgentClient:
     def namespace(self) -> str:
         return self._namespace
 
-    async def status(self, pod: str, ip: str, timing: CallTiming | None = None) -> wire.AgentStatus:
-        return await self._call(pod, ip, "GET", wire.STATUS_PATH, wire.AgentStatus, timing=timing)
+    async def status(
+        self, agent: AgentAddress, timing: CallTiming | None = None
+    ) -> wire.AgentStatus:
+        return await self._call(agent, "GET", wire.STATUS_PATH, wire.AgentStatus, timing=timing)
 
-    async def arm(self, pod: str, ip: str, request: wire.CaptureRequest) -> wire.CaptureStatus:
+    async def arm(self, agent: AgentAddress, request: wire.CaptureRequest) -> wire.CaptureStatus:
         path = wire.CAPTURES_PATH
-        return await self._call(pod, ip, "POST", path, wire.CaptureStatus, request.to_wire())
+        return await self._call(agent, "POST", path, wire.CaptureStatus, request.to_wire())
 
-    async def capture(self, pod: str, ip: str, capture_id: str) -> wire.CaptureStatus:
+    async def capture(self, agent: AgentAddress, capture_id: str) -> wire.CaptureStatus:
         path = wire.capture_path(capture_id)
-        return await self._call(pod, ip, "GET", path, wire.CaptureStatus)
+        return await self._call(agent, "GET", path, wire.CaptureStatus)
 
-    async def cancel(self, pod: str, ip: str, capture_id: str) -> wire.CaptureStatus:
+    async def cancel(self, agent: AgentAddress, capture_id: str) -> wire.CaptureStatus:
         path = wire.capture_path(capture_id)
-        return await self._call(pod, ip, "DELETE", path, wire.CaptureStatus)
+        return await self._call(agent, "DELETE", path, wire.CaptureStatus)
 
-    async def hang_dump(self, pod: str, ip: str, request: HangDumpRequest) -> PodHangDumps:
+    async def hang_dump(self, agent: AgentAddress, request: HangDumpRequest) -> PodHangDumps:
         """The pod's dumps; the agent waits up to the request's timeout for its trainers and
         then stores each full dump, so the call may take that long plus the uploads."""
         timeout = aiohttp.ClientTimeout(total=self._timeout.total + request.timeout_seconds + 30)
         wire_body = request.to_wire()
         return await self._call(
-            pod, ip, "POST", HANG_DUMPS_PATH, PodHangDumps, wire_body, timeout=timeout
+            agent, "POST", HANG_DUMPS_PATH, PodHangDumps, wire_body, timeout=timeout
         )
 
     async def _call(
         self,
-        pod: str,
-        ip: str,
+        agent: AgentAddress,
         method: str,
         path: str,
         model: type[Reply],
@@ -134,12 +154,13 @@ class AgentClient:
         The reply is parsed and validated as `model` off the event loop (`replies`)."""
         made = 0
         call = f"{method} {path}"
+        pod = agent.pod
 
         async def attempt() -> Reply:
             nonlocal made
             made += 1
             sent_wall, sent = time.time(), time.monotonic()
-            status, reply = await self._call_once(pod, ip, method, path, model, body, timeout)
+            status, reply = await self._call_once(agent, method, path, model, body, timeout)
             if timing is not None:
                 timing.sent_wall, timing.round_trip_s = sent_wall, time.monotonic() - sent
             try:
@@ -164,29 +185,31 @@ class AgentClient:
 
     async def _call_once(
         self,
-        pod: str,
-        ip: str,
+        agent: AgentAddress,
         method: str,
         path: str,
         model: type[Reply],
         body: dict[str, Any] | None = None,
         timeout: aiohttp.ClientTimeout | None = None,
     ) -> tuple[int, bytes]:
-        """The reply's HTTP status and body, read to at most its kind's byte limit."""
+        """The reply's HTTP status and body, read to at most its kind's byte limit once the
+        reply named the pod called."""
         timeout = timeout or self._timeout
+        pod, ip = agent.pod, agent.ip
         if not ip:
             raise AgentError(pod, "the pod has no IP address yet (not running?)")
         host = f"[{ip}]" if ":" in ip else ip
         url = f"http://{host}:{self._port}{path}"
         # The signature covers these exact bytes, so they are serialised here, not by aiohttp.
         data = b"" if body is None else json.dumps(body).encode()
-        headers = self._keyring.signed_headers(method, path, data, self._namespace, pod)
+        headers = self._keyring.signed_headers(method, path, data, self._namespace, pod, agent.uid)
         if body is not None:
             headers["Content-Type"] = "application/json"
         try:
             async with self._session.request(
                 method, url, data=data or None, headers=headers, timeout=timeout
             ) as response:
+                self._refuse_another_pod(agent, method, path, response)
                 limit = REPLY_LIMITS[model]
                 return response.status, await _read_body(pod, method, path, response, limit)
         except TimeoutError as exc:
@@ -198,6 +221,25 @@ class AgentClient:
             raise AgentError(pod, f"{method} {path} failed: {exc}", transient=True) from exc
         except (aiohttp.ClientError, ValueError) as exc:
             raise AgentError(pod, f"{method} {path} failed: {exc}") from exc
+
+    def _refuse_another_pod(
+        self, agent: AgentAddress, method: str, path: str, response: aiohttp.ClientResponse
+    ) -> None:
+        """Raise a final AgentError when the reply names another pod than `agent`, or names
+        none while it succeeds. A refusal without the name is left to its status: the agent's
+        server answers some (too many connections, say) before it knows the call."""
+        expected = call_target(self._namespace, agent.pod, agent.uid)
+        served_by = response.headers.get(SERVED_BY_HEADER)
+        if served_by == expected or (served_by is None and response.status >= 400):
+            return
+        said = "names no pod" if served_by is None else f"comes from {served_by[:300]!r}"
+        # No status: the pod called did not answer, so its answer cannot be a 404 either.
+        raise AgentError(
+            agent.pod,
+            f"{method} {path}: the reply at {agent.ip} (HTTP {response.status}) {said} in "
+            f"{SERVED_BY_HEADER}, not {expected!r}: another pod answers at this address; its "
+            "reply is refused",
+        )
 
 
 async def _read_body(

@@ -38,6 +38,9 @@ ENV_AGENT_HOST = "STEPSCOPE_AGENT_HOST"
 pods' agents apart on the local control plane, where every pod shares the machine's ports."""
 ENV_POD_NAME = "STEPSCOPE_POD_NAME"
 ENV_NAMESPACE = "STEPSCOPE_POD_NAMESPACE"
+ENV_POD_UID = "STEPSCOPE_POD_UID"
+"""The pod's UID (downward API ``metadata.uid``): calls are signed for it and replies name it,
+so an agent refuses a call meant for another pod that had its address or its name."""
 ENV_NODE_NAME = "STEPSCOPE_NODE_NAME"
 
 # Read by both the sidecar and the hook in the trainer (stepscope_agent.settings); without it

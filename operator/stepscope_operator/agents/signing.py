@@ -29,6 +29,7 @@ from stepscope.api.agent import (
     SIGNATURE_HEADER,
     TARGET_HEADER,
     TIMESTAMP_HEADER,
+    call_target,
     canonical_call,
     key_id,
 )
@@ -91,12 +92,13 @@ class AgentKeyring:
         return ",".join(base64.b64encode(raw).decode() for raw in self.public_keys())
 
     def signed_headers(
-        self, method: str, path: str, body: bytes, namespace: str, pod: str
+        self, method: str, path: str, body: bytes, namespace: str, pod: str, pod_uid: str
     ) -> dict[str, str]:
-        """The headers that make one call acceptable to the agent of `namespace`/`pod`."""
+        """The headers that make one call acceptable to the agent of `namespace`/`pod`, and
+        only while that pod is the one with `pod_uid` (not a later pod of the same name)."""
         timestamp = int(self.clock())
         nonce = secrets.token_hex(16)
-        signed = canonical_call(method, path, body, timestamp, nonce, namespace, pod)
+        signed = canonical_call(method, path, body, timestamp, nonce, namespace, pod, pod_uid)
         signatures = ",".join(
             f"{key_id(raw)}={base64.b64encode(key.sign(signed)).decode()}"
             for key, raw in zip(self.keys, self.public_keys(), strict=True)
@@ -104,7 +106,7 @@ class AgentKeyring:
         return {
             TIMESTAMP_HEADER: str(timestamp),
             NONCE_HEADER: nonce,
-            TARGET_HEADER: f"{namespace}/{pod}",
+            TARGET_HEADER: call_target(namespace, pod, pod_uid),
             SIGNATURE_HEADER: signatures,
         }
 

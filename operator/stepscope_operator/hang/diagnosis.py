@@ -5,7 +5,8 @@ are in flight) with a size-bound upload grant per rank for its full dump: the fu
 from the pods to storage, and the operator receives only the digests it attributes with
 (stepscope/api/hang_dump.py, validated and bounded by the agent client). An agent that does
 not answer leaves its ranks unknown; attribution names them as suspects when the others
-wait for them, with the placement the operator already knows.
+wait for them, with the placement the operator already knows. So does a pod that is no longer
+the one resolved (`targets.pod_binding`): it is not asked, and gets no grant.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from stepscope_operator.agents.client import AgentClient, AgentError
 from stepscope_operator.storage.buckets import Buckets
 from stepscope_operator.storage.grant_ledger import GrantLedger, GrantUse
 from stepscope_operator.storage.grants import post_grant
+from stepscope_operator.targets.pod_binding import PodBinding
 from stepscope_operator.targets.resolving import RankTarget
 
 # A stored full dump may be at most this large; the agent's own bound is half of it
@@ -73,31 +75,34 @@ async def collect_dumps(
     prefix: str,
     request_id: str,
     targets: list[RankTarget],
+    binding: PodBinding,
     timeout_s: float,
     now: datetime,
 ) -> DumpRound:
-    pods = sorted({t.pod: t.pod_ip for t in targets}.items())
+    """Ask every pod `binding` lets be called, at its address this round; the lost ones are
+    notes."""
+    pods = sorted(binding.addresses)
 
     def sign_requests() -> dict[str, HangDumpRequest]:
         # Recorded before any grant is signed: a clean-up waits for the dumps' uploads too.
         ledger.record(GrantUse.HANG_DUMP, now + timedelta(seconds=GRANT_SECONDS))
         return {
             pod: dump_request(buckets, prefix, request_id, targets, pod, timeout_s, now)
-            for pod, _ in pods
+            for pod in pods
         }
 
     requests = await asyncio.to_thread(sign_requests)
 
-    async def ask(pod: str, ip: str | None) -> PodHangDumps | str:
+    async def ask(pod: str) -> PodHangDumps | str:
         try:
-            return await client.hang_dump(pod, ip or "", requests[pod])
+            return await client.hang_dump(binding.addresses[pod], requests[pod])
         except AgentError as error:
             return str(error)
 
-    answers = await asyncio.gather(*(ask(pod, ip) for pod, ip in pods))
-    round_ = DumpRound([], [], [])
+    answers = await asyncio.gather(*(ask(pod) for pod in pods))
+    round_ = DumpRound([], list(binding.reasons().values()), [])
     expected = {t.rank: t.pod for t in targets}
-    for (pod, _), answer in zip(pods, answers, strict=True):
+    for pod, answer in zip(pods, answers, strict=True):
         if isinstance(answer, str):
             round_.notes.append(answer)
             continue
@@ -172,13 +177,14 @@ async def diagnose(
     prefix: str,
     request_id: str,
     targets: list[RankTarget],
+    binding: PodBinding,
     judgement: StallJudgement,
     timeout_s: float,
     now: datetime,
 ) -> tuple[HangDiagnosis, DumpRound]:
     """Dump, attribute and store; the diagnosis for status."""
     round_ = await collect_dumps(
-        client, buckets, ledger, prefix, request_id, targets, timeout_s, now
+        client, buckets, ledger, prefix, request_id, targets, binding, timeout_s, now
     )
     verdict = attribute_hang(round_.dumps, placement_of(targets))
     key, _ = await asyncio.to_thread(store_report, buckets, prefix, verdict, round_)

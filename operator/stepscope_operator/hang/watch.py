@@ -19,12 +19,14 @@ from stepscope.api.phases import Phase, Reason
 from stepscope.hang.detection import RankProgress, StallJudgement, judge_progress
 from stepscope_operator.context import OperatorContext
 from stepscope_operator.hang.diagnosis import diagnose, request_id_for
+from stepscope_operator.sessions.pod_refresh import refresh_pods
 from stepscope_operator.sessions.probing import Probe, probe_agents
 from stepscope_operator.sessions.status import TARGET_RESOLVED
 from stepscope_operator.sessions.status_writer import StatusWriter
 from stepscope_operator.sessions.target_listing import list_targets
 from stepscope_operator.sessions.view import SessionView
 from stepscope_operator.storage.grant_ledger import grant_ledger
+from stepscope_operator.targets.pod_binding import planned_addresses
 from stepscope_operator.targets.resolving import (
     InvalidTarget,
     NoLivePods,
@@ -105,7 +107,8 @@ async def run_hang_check(
         except InvalidTarget as exc:
             await writer.fail(Reason.TARGET_INVALID, str(exc), TARGET_RESOLVED)
             return
-        probes = await probe_agents(ctx.agents(view.namespace), {t.pod: t.pod_ip for t in targets})
+        # The targets were resolved from the API server just now: their addresses are current.
+        probes = await probe_agents(ctx.agents(view.namespace), planned_addresses(targets))
         judgement = judge_progress(
             progress_of(probes), spec.threshold_floor_seconds, spec.step_time_multiplier
         )
@@ -158,6 +161,8 @@ async def _diagnose(
         "agents for stacks and flight-recorder dumps",
     )
     now = ctx.now()
+    # The dump requests carry upload grants: only pods that are still the ones resolved get one.
+    binding = await refresh_pods(ctx, view, targets)
     diagnosis, round_ = await diagnose(
         ctx.agents(view.namespace),
         ctx.buckets,
@@ -165,6 +170,7 @@ async def _diagnose(
         view.prefix(ctx.settings),
         request_id_for(view.uid, now),
         targets,
+        binding,
         judgement,
         spec.dump_timeout_seconds,
         now,

@@ -27,6 +27,7 @@ from stepscope_operator.sessions.planning import (
     plan_window,
 )
 from stepscope_operator.sessions.pod_arming import arm_pod, cancel_captures, capture_id_for
+from stepscope_operator.sessions.pod_refresh import refresh_pods
 from stepscope_operator.sessions.probing import probe_agents
 from stepscope_operator.sessions.status import ARMED, CAPTURED, judge_ranks, tally_ranks
 from stepscope_operator.sessions.status_writer import StatusWriter
@@ -49,9 +50,14 @@ async def arm_record(
         ranks=RanksStatus(expected=len(record.targets)),
     )
     now = ctx.now()
-    pods = {
+    planned = {
         pod: ts for pod, ts in group_by_pod(record.targets).items() if pod not in record.unreachable
     }
+    # Each pod's address and UID as the API server shows them now, not as planned: a pod
+    # that went away is not armed, and its IP may be another pod's by now.
+    binding = await refresh_pods(ctx, view, (t for ts in planned.values() for t in ts))
+    record.unreachable.update(binding.reasons())
+    pods = {pod: ts for pod, ts in planned.items() if pod in binding.addresses}
     # Every pod's grants get this lifetime (pod_arming.arm_pod); recorded before any is signed.
     lifetime = grant_lifetime(record.capture_deadline, now, ctx.settings.grant_margin_seconds)
     ledger = grant_ledger(ctx.buckets, ctx.settings.s3_prefix, view.uid)
@@ -69,9 +75,10 @@ async def arm_record(
                 view.spec.granularity,
                 record.capture_deadline,
                 now,
+                binding.addresses[pod],
                 pod_targets,
             )
-            for pod_targets in pods.values()
+            for pod, pod_targets in pods.items()
         ),
         return_exceptions=True,
     )
@@ -147,10 +154,11 @@ async def replan_missed_window(
     replanned = await plan_further_ahead(ctx, view, writer, record, decision, stopped)
     if replanned is None:
         return None
-    armed = {pod: ip for pod, ip in record.pod_ips.items() if pod not in record.unreachable}
+    armed = [t for t in record.targets if t.pod not in record.unreachable]
     # Persisted before anything else, so a restarted operator resumes this window.
     await asyncio.to_thread(save_plan, ctx, view, replanned)
-    await cancel_captures(ctx.agents(view.namespace), armed, record.capture_id)
+    binding = await refresh_pods(ctx, view, armed)
+    await cancel_captures(ctx.agents(view.namespace), binding.addresses, record.capture_id)
     await arm_record(ctx, view, writer, replanned)
     return replanned if writer.phase == Phase.ARMED else None
 
@@ -188,8 +196,13 @@ async def plan_further_ahead(
         warmup_steps=view.spec.window.warmup_steps,
         lead_seconds=decision.lead_seconds,
     )
+    tries = 0
     while not stopped:
-        probes = await probe_agents(ctx.agents(view.namespace), record.pod_ips)
+        # Refreshed on every try, announced on the first: a pod lost since is named in the
+        # new plan's unreachable pods, and in the Armed message.
+        tries += 1
+        binding = await refresh_pods(ctx, view, record.targets, announce=tries == 1)
+        probes = await probe_agents(ctx.agents(view.namespace), binding.addresses)
         now = ctx.now()
         try:
             plan = plan_window(
@@ -212,9 +225,8 @@ async def plan_further_ahead(
                 "plan": plan,
                 "lead_seconds": decision.lead_seconds,
                 "missed_windows": [*record.missed_windows, decision.missed],
-                "unreachable": {
-                    pod: p.error or "unreachable" for pod, p in probes.items() if not p.ok
-                },
+                "unreachable": binding.reasons()
+                | {pod: p.error or "unreachable" for pod, p in probes.items() if not p.ok},
             }
         )
     return None

@@ -2,7 +2,8 @@
 
 Pods that settled are not asked again; agents that went silent while every other pod
 finished get a grace, not the whole capture deadline; what is still running at the end is
-cancelled.
+cancelled. Every round refreshes the addresses of the pods it asks (`pod_refresh`): a pod that
+went away, or was replaced, is settled with that reason and never called again.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from stepscope_operator.sessions.following import (
     poll_captures,
 )
 from stepscope_operator.sessions.pod_arming import cancel_captures
+from stepscope_operator.sessions.pod_refresh import refresh_pods
 from stepscope_operator.sessions.status_writer import StatusWriter
 from stepscope_operator.sessions.view import PersistedPlan, SessionView
 
@@ -33,12 +35,14 @@ async def observe(
     are not asked again: a settled answer changes no more, and at 1024 ranks asking again
     would fetch every finished rank's summary on every poll."""
     settled = settled or {}
-    armed = {
-        pod: ip
-        for pod, ip in record.pod_ips.items()
-        if pod not in record.unreachable and pod not in settled
-    }
-    observations = await poll_captures(ctx.agents(view.namespace), armed, record.capture_id)
+    asked = [t for t in record.targets if t.pod not in record.unreachable and t.pod not in settled]
+    binding = await refresh_pods(ctx, view, asked)
+    observations = await poll_captures(
+        ctx.agents(view.namespace), binding.addresses, record.capture_id
+    )
+    for pod, why in binding.reasons().items():
+        # Settled: a pod that is gone or replaced never answers for this capture again.
+        observations[pod] = PodObservation(pod=pod, error=why, unknown_capture=True)
     observations.update(settled)
     for pod, why in record.unreachable.items():
         observations[pod] = PodObservation(pod=pod, error=why, unknown_capture=True)
@@ -76,10 +80,9 @@ async def follow(
         if ctx.now() > record.capture_deadline + grace or (
             silent_since is not None and ctx.now() - silent_since > lost_grace
         ):
-            late = {pod: None for pod, o in observations.items() if not o.settled}
-            await cancel_captures(
-                ctx.agents(view.namespace), {p: record.pod_ips[p] for p in late}, record.capture_id
-            )
+            late = [pod for pod, o in observations.items() if not o.settled]
+            binding = await refresh_pods(ctx, view, record.targets_of(late))
+            await cancel_captures(ctx.agents(view.namespace), binding.addresses, record.capture_id)
             return observations
         await stopped.wait(ctx.settings.poll_interval_seconds)
     return None

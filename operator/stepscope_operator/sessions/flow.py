@@ -26,6 +26,7 @@ from stepscope_operator.sessions.arming import MISSED_NOTHING, arm_record, repla
 from stepscope_operator.sessions.capturing import follow, observe
 from stepscope_operator.sessions.planning import PlanningError, plan_window
 from stepscope_operator.sessions.pod_arming import cancel_captures, capture_id_for
+from stepscope_operator.sessions.pod_refresh import refresh_pods
 from stepscope_operator.sessions.probing import probe_agents
 from stepscope_operator.sessions.queueing import PARKED_REASONS
 from stepscope_operator.sessions.quota import within_quota
@@ -46,6 +47,7 @@ from stepscope_operator.storage.retention import (
     pending_delete_after,
     record_pending_delete,
 )
+from stepscope_operator.targets.pod_binding import planned_addresses
 from stepscope_operator.targets.resolving import (
     InvalidTarget,
     NoLivePods,
@@ -235,9 +237,9 @@ async def probe_and_plan(
 ) -> PersistedPlan | tuple[Reason, str] | None:
     """Probe the target's agents and plan the window: the plan, or (reason, message) to try
     again after a poll, or None when the session ended."""
-    pod_ips = {t.pod: t.pod_ip for t in targets}
     probing = time.monotonic()
-    probes = await probe_agents(ctx.agents(view.namespace), pod_ips)
+    # The targets were resolved from the API server just now: their addresses are current.
+    probes = await probe_agents(ctx.agents(view.namespace), planned_addresses(targets))
     PROBE_DURATION.labels(view.namespace).observe(time.monotonic() - probing)
     now = ctx.now()
     try:
@@ -277,8 +279,9 @@ async def cleanup_session(ctx: OperatorContext, body: dict[str, Any], retain: bo
     record = await asyncio.to_thread(load_plan, ctx, view)
     cancelled = {}
     if record is not None and not is_final(view.status.phase):
+        binding = await refresh_pods(ctx, view, record.targets, announce=False)
         cancelled = await cancel_captures(
-            ctx.agents(view.namespace), record.pod_ips, record.capture_id
+            ctx.agents(view.namespace), binding.addresses, record.capture_id
         )
     ledger = grant_ledger(ctx.buckets, ctx.settings.s3_prefix, view.uid)
     if retain:

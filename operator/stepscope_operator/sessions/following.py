@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from pydantic import BaseModel, ValidationError
 
 from stepscope.api.agent import FINAL_STATES, CaptureState, CaptureStatus
-from stepscope_operator.agents.client import AgentClient, AgentError
+from stepscope_operator.agents.client import AgentAddress, AgentClient, AgentError
 
 
 class PodObservation(BaseModel):
@@ -30,9 +30,10 @@ class PodObservation(BaseModel):
         return self.unknown_capture
 
 
-async def observe_pod(client: AgentClient, pod: str, ip: str, capture_id: str) -> PodObservation:
+async def observe_pod(client: AgentClient, agent: AgentAddress, capture_id: str) -> PodObservation:
+    pod = agent.pod
     try:
-        return PodObservation(pod=pod, capture=await client.capture(pod, ip, capture_id))
+        return PodObservation(pod=pod, capture=await client.capture(agent, capture_id))
     except AgentError as exc:
         if exc.status == 404:
             return PodObservation(
@@ -56,12 +57,10 @@ async def observe_pod(client: AgentClient, pod: str, ip: str, capture_id: str) -
 
 
 async def poll_captures(
-    client: AgentClient, pod_ips: Mapping[str, str | None], capture_id: str
+    client: AgentClient, agents: Mapping[str, AgentAddress], capture_id: str
 ) -> dict[str, PodObservation]:
-    pods = sorted(pod_ips)
-    observed = await asyncio.gather(
-        *(observe_pod(client, pod, pod_ips[pod] or "", capture_id) for pod in pods)
-    )
+    pods = sorted(agents)
+    observed = await asyncio.gather(*(observe_pod(client, agents[pod], capture_id) for pod in pods))
     return dict(zip(pods, observed, strict=True))
 
 

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from datetime import datetime
 
 from stepscope.api.agent import CaptureRequest, CaptureStatus, Tier, tier_profile
-from stepscope_operator.agents.client import AgentClient, AgentError
+from stepscope_operator.agents.client import AgentAddress, AgentClient, AgentError
 from stepscope_operator.metrics import GRANT_SIGNING
 from stepscope_operator.sessions.planning import WindowPlan
 from stepscope_operator.settings import OperatorSettings
@@ -63,10 +63,11 @@ async def arm_pod(
     tier: Tier,
     deadline: datetime,
     now: datetime,
+    agent: AgentAddress,
     pod_targets: list[RankTarget],
 ) -> CaptureStatus:
-    """Arm one pod's agent (or find it already armed). Raises AgentError."""
-    pod, ip = pod_targets[0].pod, pod_targets[0].pod_ip or ""
+    """Arm one pod's agent, at its address this round, for its ranks `pod_targets` (or find
+    it already armed). Raises AgentError."""
     expires_in = grant_lifetime(deadline, now, settings.grant_margin_seconds)
     # The tier table says whether the tier traces; a rank without a trace gets no trace grant.
     takes_trace = tier_profile(tier).traces
@@ -96,28 +97,28 @@ async def arm_pod(
         capture_id, plan, tier, deadline, pod_targets, grants, settings.max_bytes_per_rank
     )
     try:
-        return await client.arm(pod, ip, request)
+        return await client.arm(agent, request)
     except AgentError as exc:
         if exc.status != 409:
             raise
     # The capture id is this session's own, so a conflict means this operator armed the
     # pod before it restarted, with grants signed then: that capture stands. (Asking first
     # would cost every arm a second round trip for the sake of a rare restart.)
-    return await client.capture(pod, ip, capture_id)
+    return await client.capture(agent, capture_id)
 
 
 async def cancel_captures(
-    client: AgentClient, pod_ips: Mapping[str, str | None], capture_id: str
+    client: AgentClient, agents: Mapping[str, AgentAddress], capture_id: str
 ) -> dict[str, str]:
     """Cancel the capture on every pod; returns pod -> outcome, for the log and an Event.
     An agent that never heard of the capture (404) or is gone has nothing to cancel."""
 
     async def cancel(pod: str) -> str:
         try:
-            return (await client.cancel(pod, pod_ips[pod] or "", capture_id)).state.value
+            return (await client.cancel(agents[pod], capture_id)).state.value
         except AgentError as exc:
             return "not armed" if exc.status == 404 else f"unreachable ({exc})"
 
-    pods = sorted(pod_ips)
+    pods = sorted(agents)
     outcomes = await asyncio.gather(*(cancel(pod) for pod in pods))
     return dict(zip(pods, outcomes, strict=True))

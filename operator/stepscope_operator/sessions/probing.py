@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pydantic import BaseModel
 
 from stepscope.api.agent import AgentStatus
-from stepscope_operator.agents.client import AgentClient, AgentError, CallTiming
+from stepscope_operator.agents.client import AgentAddress, AgentClient, AgentError, CallTiming
 
 
 class Probe(BaseModel):
@@ -32,25 +32,25 @@ class Probe(BaseModel):
         return self.status is not None
 
 
-async def probe_agent(client: AgentClient, pod: str, ip: str) -> Probe:
+async def probe_agent(client: AgentClient, agent: AgentAddress) -> Probe:
     asked = time.monotonic()
     timing = CallTiming()
     try:
-        status = await client.status(pod, ip, timing)
+        status = await client.status(agent, timing)
     except AgentError as exc:
-        return Probe(pod=pod, error=str(exc))
+        return Probe(pod=agent.pod, error=str(exc))
     midpoint = timing.sent_wall + timing.round_trip_s / 2
     return Probe(
-        pod=pod,
+        pod=agent.pod,
         status=status,
         rtt_s=time.monotonic() - asked,
         clock_offset_s=status.agent_time - midpoint,
     )
 
 
-async def probe_agents(client: AgentClient, pod_ips: Mapping[str, str | None]) -> dict[str, Probe]:
+async def probe_agents(client: AgentClient, agents: Mapping[str, AgentAddress]) -> dict[str, Probe]:
     """Probe every pod's agent; the client's fan-out bounds how many are asked at once,
     and its per-call timeout and retries bound how long the slowest one holds the plan."""
-    pods = sorted(pod_ips)
-    probes = await asyncio.gather(*(probe_agent(client, pod, pod_ips[pod] or "") for pod in pods))
+    pods = sorted(agents)
+    probes = await asyncio.gather(*(probe_agent(client, agents[pod]) for pod in pods))
     return dict(zip(pods, probes, strict=True))

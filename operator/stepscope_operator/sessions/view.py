@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -88,9 +89,10 @@ class PersistedPlan(BaseModel):
     missed_windows: list[str] = []
     lead_seconds: float | None = None
 
-    @property
-    def pod_ips(self) -> dict[str, str | None]:
-        return {t.pod: t.pod_ip for t in self.targets}
+    def targets_of(self, pods: Iterable[str]) -> list[RankTarget]:
+        """The ranks of `pods`, for a round of calls to those pods' agents."""
+        wanted = set(pods)
+        return [t for t in self.targets if t.pod in wanted]
 
 
 def resume_line(view: SessionView, phase: Phase, record: PersistedPlan) -> str:

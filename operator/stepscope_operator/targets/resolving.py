@@ -5,6 +5,11 @@ kind's adapter (``stepscope_operator.targets.kinds``) for each pod's node rank, 
 which ranks take a full trace (`spec.target.ranks`); every rank still reports step
 timings. It is pure: the caller lists the pods (with the adapter's `pod_selector`), reads
 the job object when the kind has one, and passes both in as dicts.
+
+Refused before any rank is built: a pod on the host network (`HostNetworkPod`: its IP is its
+node's, shared with every other host-network pod there, so its agent's address names no one
+pod), a pod declaring more ranks than one agent serves (``MAX_RANKS_PER_POD``), and more
+ranks in all than the operator's limit (`TooManyRanks`).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from stepscope.api.agent import MAX_RANKS_PER_POD
 from stepscope.api.rules import parse_rank_list
 from stepscope_operator.targets.kinds import (
     InvalidTarget,
@@ -25,6 +31,7 @@ from stepscope_operator.targets.kinds import (
 )
 
 __all__ = [
+    "HostNetworkPod",
     "InvalidTarget",
     "NoLivePods",
     "RankTarget",
@@ -40,8 +47,15 @@ _FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
 
 
 class TooManyRanks(InvalidTarget):
-    """The target's pods declare more ranks than one session may profile. Raised from the
-    pods' declared totals, before any per-rank object exists: a pod's env is the tenant's."""
+    """The target's pods declare more ranks than one session may profile, or one pod more
+    than its agent may serve. Raised from the pods' declared counts, before any per-rank
+    object exists: a pod's env is the tenant's."""
+
+
+class HostNetworkPod(InvalidTarget):
+    """A target pod runs on the host network (``spec.hostNetwork``): its IP is its node's, and
+    every other host-network pod on that node answers there too, so a call to its agent could
+    reach another pod (of any namespace)."""
 
 
 class RankTarget(BaseModel):
@@ -52,6 +66,11 @@ class RankTarget(BaseModel):
     namespace: str
     node: str | None = None
     pod_ip: str | None = None
+    pod_uid: str | None = Field(
+        None,
+        description="The pod's UID when it was resolved: calls are signed for it, and a pod of "
+        "the same name with another UID is not this one (`pod_binding`).",
+    )
     local_rank: int = 0
     trace: bool = Field(True, description="Takes a full profiler trace (else step timings only).")
 
@@ -65,16 +84,21 @@ def resolve_targets(
 ) -> list[RankTarget]:
     """Map live pods to ranks (sorted by rank) and apply the `spec.target.ranks` selection.
     `job` is the target's own object (JobSet ranks depend on its shape), when there is one.
-    More than `max_ranks` declared ranks raise `TooManyRanks` before any rank is built."""
+    More than `max_ranks` declared ranks, or more than ``MAX_RANKS_PER_POD`` in one pod,
+    raise `TooManyRanks`, and a pod on the host network `HostNetworkPod`, before any rank is
+    built."""
     live = sorted((p for p in pods if _is_live(p)), key=lambda p: p["metadata"]["name"])
     if not live:
         raise NoLivePods(
             "no running or pending pods belong to the target; start the job (or fix "
             "spec.target) before profiling it"
         )
+    _refuse_host_network(live)
     placed = adapter_for(kind).pod_ranks(live, job)
+    procs = [nproc for _, nproc in placed]
     if max_ranks is not None:
-        _refuse_past(max_ranks, live, [nproc for _, nproc in placed])
+        _refuse_past(max_ranks, live, procs)
+    _refuse_crowded_pod(live, procs)
     by_rank: dict[int, RankTarget] = {}
     created: dict[int, str] = {}
     for pod, (node_rank, nproc) in zip(live, placed, strict=True):
@@ -91,6 +115,7 @@ def resolve_targets(
                 namespace=pod["metadata"].get("namespace", ""),
                 node=pod.get("spec", {}).get("nodeName"),
                 pod_ip=pod.get("status", {}).get("podIP"),
+                pod_uid=pod["metadata"].get("uid"),
                 local_rank=local_rank,
             )
     targets = [by_rank[r] for r in sorted(by_rank)]
@@ -108,6 +133,28 @@ def _refuse_past(max_ranks: int, pods: list[Mapping[str, Any]], procs: list[int]
         f"{pod['metadata']['name']} alone runs {most}, from its PET_NPROC_PER_NODE), more than "
         f"the operator's limit of {max_ranks} (STEPSCOPE_MAX_RANKS_PER_SESSION)"
     )
+
+
+def _refuse_crowded_pod(pods: list[Mapping[str, Any]], procs: list[int]) -> None:
+    """Every per-rank list an agent sends or receives is bounded by MAX_RANKS_PER_POD, so a
+    pod declaring more could never be served whole."""
+    for pod, nproc in zip(pods, procs, strict=True):
+        if nproc > MAX_RANKS_PER_POD:
+            raise TooManyRanks(
+                f"pod {pod['metadata']['name']} declares {nproc} ranks (from its "
+                f"PET_NPROC_PER_NODE), more than the {MAX_RANKS_PER_POD} one pod's agent "
+                "serves (MAX_RANKS_PER_POD); run fewer processes per pod"
+            )
+
+
+def _refuse_host_network(pods: list[Mapping[str, Any]]) -> None:
+    for pod in pods:
+        if (pod.get("spec") or {}).get("hostNetwork"):
+            raise HostNetworkPod(
+                f"pod {pod['metadata']['name']} runs on the host network (spec.hostNetwork): "
+                "its IP is its node's, shared with every host-network pod there, so a call to "
+                "its agent could reach another pod; profile pods on the pod network"
+            )
 
 
 def select_trace_ranks(ranks: str, targets: list[RankTarget]) -> set[int]:

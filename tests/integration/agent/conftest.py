@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 import urllib.error
+import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -39,8 +40,8 @@ ARTIFACT_FILES = {
 
 @dataclass
 class Sidecar:
-    """One pod's sidecar process on loopback: pod `agent_dir.name` in `namespace`, trusting
-    the public keys of `trusted` and uploading only to `storage_endpoint`."""
+    """One pod's sidecar process on loopback: pod `agent_dir.name` (UID `uid`) in `namespace`,
+    trusting the public keys of `trusted` and uploading only to `storage_endpoint`."""
 
     agent_dir: Path
     port: int
@@ -49,6 +50,7 @@ class Sidecar:
     storage_endpoint: str
     trusted: AgentKeyring = AGENT_KEYRING
     env: dict[str, str] = field(default_factory=dict)  # more sidecar settings
+    uid: str = field(default_factory=lambda: str(uuid.uuid4()))
     process: subprocess.Popen | None = None
 
     @property
@@ -65,6 +67,7 @@ class Sidecar:
             STEPSCOPE_AGENT_PORT=str(self.port),
             STEPSCOPE_POD_NAME=self.pod,
             STEPSCOPE_POD_NAMESPACE=self.namespace,
+            STEPSCOPE_POD_UID=self.uid,
             **self.env,
         )
         self.log = self.log_path.open("ab")
@@ -99,10 +102,11 @@ class Sidecar:
         keyring: AgentKeyring = AGENT_KEYRING,
         namespace: str | None = None,
         pod: str | None = None,
+        pod_uid: str | None = None,
         headers: dict[str, str] | None = None,
     ):
         """(status code, JSON body) of one API call, signed as the operator signs it: by
-        `keyring`, for this sidecar's namespace and pod unless others are given."""
+        `keyring`, for this sidecar's namespace, pod and UID unless others are given."""
         return signed_call(
             self.address,
             method,
@@ -110,6 +114,7 @@ class Sidecar:
             keyring=keyring,
             namespace=namespace or self.namespace,
             pod=pod or self.pod,
+            pod_uid=pod_uid or self.uid,
             body=body,
             headers=headers,
         )

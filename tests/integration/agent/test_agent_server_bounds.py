@@ -32,7 +32,7 @@ def connect(pod) -> socket.socket:
 
 def signed_head(pod, method: str, path: str, content_length: int) -> bytes:
     """A head whose headers pass every check but the signature over the (never sent) body."""
-    headers = AGENT_KEYRING.signed_headers(method, path, b"{}", pod.namespace, pod.pod)
+    headers = AGENT_KEYRING.signed_headers(method, path, b"{}", pod.namespace, pod.pod, pod.uid)
     return request_head(method, path, {**headers, "Content-Length": str(content_length)})
 
 
@@ -131,7 +131,9 @@ def test_idle_connections_take_no_thread_and_a_signed_call_still_passes(
 
 
 def test_a_call_recorded_before_a_restart_is_refused_after_it(pod):
-    recorded = AGENT_KEYRING.signed_headers("GET", STATUS_PATH, b"", pod.namespace, pod.pod)
+    recorded = AGENT_KEYRING.signed_headers(
+        "GET", STATUS_PATH, b"", pod.namespace, pod.pod, pod.uid
+    )
     assert pod.call("GET", STATUS_PATH, headers=recorded)[0] == 200
     code, body = pod.call("GET", STATUS_PATH, headers=recorded)
     assert code == 401

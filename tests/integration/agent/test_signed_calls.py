@@ -1,13 +1,16 @@
-"""A real sidecar accepts only calls the operator signed for it, once, and now; it uploads only
-to its storage endpoint; and a rotation of the operator's keyring never interrupts it."""
+"""A real sidecar accepts only calls the operator signed for it (its namespace, name and UID),
+once, and now; every reply names that pod, and the operator's client refuses a reply naming
+another; it uploads only to its storage endpoint; and a rotation of the operator's keyring never
+interrupts it."""
 
 from __future__ import annotations
 
 import asyncio
+import uuid
 
 import aiohttp
 import pytest
-from stepscope_operator.agents.client import AgentClient, AgentError
+from stepscope_operator.agents.client import AgentAddress, AgentClient, AgentError
 from stepscope_operator.agents.signing import AgentKeyring
 from stepscope_operator.settings import ENV, load_settings
 from support.operator_helpers import AGENT_KEYRING
@@ -15,6 +18,7 @@ from support.operator_helpers import AGENT_KEYRING
 from stepscope.api.agent import (
     CAPTURES_PATH,
     CLOCK_WINDOW_SECONDS,
+    SERVED_BY_HEADER,
     SIGNATURE_HEADER,
     STATUS_PATH,
     TARGET_HEADER,
@@ -30,16 +34,62 @@ def test_a_call_signed_for_another_namespace_or_pod_is_refused(start_sidecar):
 
     code, body = pod.call("GET", STATUS_PATH, namespace="team-b")
     assert code == 401
-    assert "signed for 'team-b/worker-0'" in body["error"]
+    assert f"signed for 'team-b/worker-0/{pod.uid}'" in body["error"]
     code, body = pod.call("GET", STATUS_PATH, pod="worker-1")
     assert code == 401
-    assert "signed for 'team-a/worker-1'" in body["error"]
+    assert f"signed for 'team-a/worker-1/{pod.uid}'" in body["error"]
     # Claiming this pod in the header does not help a signature made for team-b's pod.
     code, body = pod.call(
-        "GET", STATUS_PATH, namespace="team-b", headers={TARGET_HEADER: "team-a/worker-0"}
+        "GET",
+        STATUS_PATH,
+        namespace="team-b",
+        headers={TARGET_HEADER: f"team-a/worker-0/{pod.uid}"},
     )
     assert code == 401
     assert "no signature verifies" in body["error"]
+
+
+def test_a_call_signed_for_another_pod_of_the_same_name_is_refused(start_sidecar):
+    """The pod was deleted and one of the same name (another UID) got its address: a call
+    signed for the first, with its namespace's upload grants, is not the second's to take."""
+    pod = start_sidecar("worker-0", namespace="team-a")
+    earlier = str(uuid.uuid4())
+    code, body = pod.call("GET", STATUS_PATH, pod_uid=earlier)
+    assert code == 401
+    assert f"signed for 'team-a/worker-0/{earlier}', another pod of this name" in body["error"]
+    assert f"this agent is team-a/worker-0/{pod.uid}" in body["error"]
+    # Claiming this pod's UID in the header does not help a signature made for the other.
+    code, body = pod.call(
+        "GET", STATUS_PATH, pod_uid=earlier, headers={TARGET_HEADER: f"team-a/worker-0/{pod.uid}"}
+    )
+    assert code == 401
+    assert "no signature verifies" in body["error"]
+
+
+def test_the_operator_refuses_a_reply_from_another_pod_than_it_called(start_sidecar):
+    """Every reply names the pod it comes from; the operator's client refuses one from any
+    other pod than the one it called (a stale address), before reading its body."""
+    pod = start_sidecar("worker-0", namespace="team-a")
+    code, _ = pod.call("GET", STATUS_PATH)
+    assert code == 200
+
+    async def status(namespace: str, name: str, uid: str):
+        async with aiohttp.ClientSession() as http:
+            client = AgentClient(http, AGENT_KEYRING, namespace, pod.port, 5)
+            return await client.status(AgentAddress(name, "127.0.0.1", uid))
+
+    assert asyncio.run(status("team-a", "worker-0", pod.uid)).pod == "worker-0"
+    for namespace, name, uid in (
+        ("team-a", "worker-0", str(uuid.uuid4())),
+        ("team-b", "worker-0", pod.uid),
+        ("team-a", "worker-9", pod.uid),
+    ):
+        with pytest.raises(AgentError) as refused:
+            asyncio.run(status(namespace, name, uid))
+        message = str(refused.value)
+        assert f"comes from 'team-a/worker-0/{pod.uid}'" in message, message
+        assert f"not '{namespace}/{name}/{uid}'" in message and SERVED_BY_HEADER in message
+        assert refused.value.status is None and not refused.value.transient
 
 
 def test_unsigned_calls_and_other_keys_are_refused(start_sidecar):
@@ -56,7 +106,7 @@ def test_a_replayed_call_is_refused(start_sidecar, grants):
     pod = start_sidecar()
     request = grants.request("replay", 10, 2, [0])
     headers = AGENT_KEYRING.signed_headers(
-        "DELETE", capture_path("replay"), b"", pod.namespace, pod.pod
+        "DELETE", capture_path("replay"), b"", pod.namespace, pod.pod, pod.uid
     )
     assert pod.call("POST", CAPTURES_PATH, request)[0] == 201
     assert pod.call("DELETE", capture_path("replay"), headers=headers)[0] == 200
@@ -98,9 +148,10 @@ def test_a_running_agent_keeps_accepting_calls_across_a_key_rotation(
     async def calls(pod, capture_id: str | None = None) -> str:
         async with aiohttp.ClientSession() as http:
             client = AgentClient(http, settings.agent_keyring(), pod.namespace, pod.port, 5)
+            agent = AgentAddress(pod.pod, "127.0.0.1", pod.uid)
             if capture_id is None:
-                return (await client.status(pod.pod, "127.0.0.1")).pod
-            return (await client.capture(pod.pod, "127.0.0.1", capture_id)).state
+                return (await client.status(agent)).pod
+            return (await client.capture(agent, capture_id)).state
 
     request = grants.request("across", 100_000, 2, [0])
     assert old_pod.call("POST", CAPTURES_PATH, request, keyring=old)[0] == 201
@@ -131,7 +182,8 @@ def test_an_old_pod_refuses_the_new_key_alone(start_sidecar):
 
     async def status() -> None:
         async with aiohttp.ClientSession() as http:
-            await AgentClient(http, new, pod.namespace, pod.port, 5).status(pod.pod, "127.0.0.1")
+            client = AgentClient(http, new, pod.namespace, pod.port, 5)
+            await client.status(AgentAddress(pod.pod, "127.0.0.1", pod.uid))
 
     with pytest.raises(AgentError, match="401"):
         asyncio.run(status())

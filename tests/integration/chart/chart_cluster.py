@@ -210,6 +210,7 @@ def agent_status(pod: dict, keyring: AgentKeyring) -> dict | None:
             keyring=keyring,
             namespace=pod["metadata"]["namespace"],
             pod=pod["metadata"]["name"],
+            pod_uid=pod["metadata"]["uid"],
             timeout=3,
         )
     except OSError:

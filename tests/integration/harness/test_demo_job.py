@@ -13,14 +13,15 @@ from stepscope.api.agent import SIGNATURE_HEADER, STATUS_PATH
 pytestmark = pytest.mark.integration
 
 
-def _agent_status(address: str, keyring: AgentKeyring, namespace: str, pod: str, **headers):
+def _agent_status(address: str, keyring: AgentKeyring, namespace: str, pod: dict, **headers):
     return signed_call(
         f"{address}:9464",
         "GET",
         STATUS_PATH,
         keyring=keyring,
         namespace=namespace,
-        pod=pod,
+        pod=pod["metadata"]["name"],
+        pod_uid=pod["metadata"]["uid"],
         headers=headers,
         timeout=5,
     )
@@ -36,25 +37,28 @@ def test_the_demo_job_runs_four_ranks_each_with_its_agent(
         timeout=120,
         what="all four demo pods to run",
     )
-    addresses = {pod["metadata"]["name"]: pod["status"]["podIP"] for pod in pods}
-    assert len(set(addresses.values())) == 4
-    for name, address in addresses.items():
+    assert len({pod["status"]["podIP"] for pod in pods}) == 4
+    for pod in pods:
+        name, address = pod["metadata"]["name"], pod["status"]["podIP"]
         code, status = wait_until(
-            lambda a=address, n=name: _try_status(a, keyring, namespace, n),
+            lambda a=address, p=pod: _try_status(a, keyring, namespace, p),
             timeout=20,
             what=f"the agent of {name}",
         )
         assert code == 200 and status["pod"] == name and status["namespace"] == namespace
         unsigned = {SIGNATURE_HEADER: ""}
-        assert _agent_status(address, keyring, namespace, name, **unsigned)[0] == 401
+        assert _agent_status(address, keyring, namespace, pod, **unsigned)[0] == 401
 
     assert wait_for_job(local_cluster, namespace, "Succeeded", "Failed", timeout=180) == "Succeeded"
     log = (pod_runner / "pods" / namespace / "ddp-demo-master-0" / "pytorch.log").read_text()
     assert "done: 150 steps on 4 ranks" in log
 
 
-def _try_status(address: str, keyring: AgentKeyring, namespace: str, pod: str):
+def _try_status(address: str, keyring: AgentKeyring, namespace: str, pod: dict):
+    """The agent's answer once it serves; None before. A call signed in the second the agent
+    started is refused as busy (503, call_auth), so that answer means "not yet" too."""
     try:
-        return _agent_status(address, keyring, namespace, pod)
+        answer = _agent_status(address, keyring, namespace, pod)
     except OSError:
         return None
+    return answer if answer[0] != 503 else None

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from stepscope_operator.agents.client import AgentClient
+from stepscope_operator.agents.client import AgentAddress, AgentClient
 from stepscope_operator.sessions.collecting import (
     gather_summaries,
     merge_job,
@@ -52,6 +52,8 @@ pytestmark = pytest.mark.integration
 
 # Outside 127.0.0.0/16, the pod runner's networks, so it never collides with a pod.
 POD_IP = "127.1.2.3"
+POD_UID = "9a7e1b2c-0000-4000-8000-000000000000"
+AGENT = AgentAddress("pipeline-pod", POD_IP, POD_UID)
 JOB = REPO_ROOT / "tests" / "e2e" / "ddp_job.py"
 
 
@@ -76,6 +78,7 @@ def pod(tmp_path: Path, local_cluster):
         STEPSCOPE_AGENT_PORT=str(port),
         STEPSCOPE_POD_NAME="pipeline-pod",
         STEPSCOPE_POD_NAMESPACE="ns",
+        STEPSCOPE_POD_UID=POD_UID,
         OMP_NUM_THREADS="1",
         **{MARK_ENV: (mark := new_mark())},
     )
@@ -124,7 +127,7 @@ async def _plan(client, settings):
     """Retry while planning says so (no steps yet, or not yet steady), as the flow does."""
     probe = None
     for _ in range(240):
-        probe = (await probe_agents(client, {"pipeline-pod": POD_IP}))["pipeline-pod"]
+        probe = (await probe_agents(client, {"pipeline-pod": AGENT}))["pipeline-pod"]
         if probe.ok and len(probe.status.ranks) == 2:
             try:
                 plan = plan_window(
@@ -139,7 +142,7 @@ async def _plan(client, settings):
 
 async def _settle(client, capture_id):
     for _ in range(180):
-        observed = await poll_captures(client, {"pipeline-pod": POD_IP}, capture_id)
+        observed = await poll_captures(client, {"pipeline-pod": AGENT}, capture_id)
         if observed["pipeline-pod"].settled:
             return observed
         await asyncio.sleep(0.5)
@@ -148,7 +151,9 @@ async def _settle(client, capture_id):
 
 def _targets():
     return [
-        RankTarget(rank=r, pod="pipeline-pod", namespace="ns", pod_ip=POD_IP, node="n0")
+        RankTarget(
+            rank=r, pod="pipeline-pod", namespace="ns", pod_ip=POD_IP, pod_uid=POD_UID, node="n0"
+        )
         for r in (0, 1)
     ]
 
@@ -178,6 +183,7 @@ def test_capture_pipeline_from_probe_to_published_artifacts(local_cluster, pod, 
                 "ops",
                 now + timedelta(seconds=90),
                 now,
+                AGENT,
                 targets,
             )
             assert armed.start_step == plan.start_step
@@ -192,6 +198,7 @@ def test_capture_pipeline_from_probe_to_published_artifacts(local_cluster, pod, 
                 "ops",
                 now + timedelta(seconds=90),
                 now,
+                AGENT,
                 targets,
             )
             assert again.capture_id == capture_id
@@ -280,7 +287,17 @@ def test_an_upload_refused_with_a_long_error_fails_the_session_naming_it(local_c
             capture_id = capture_id_for("refused", "0123abcd")
             deadline = now + timedelta(seconds=90)
             await arm_pod(
-                client, buckets, settings, prefix, capture_id, plan, "ops", deadline, now, targets
+                client,
+                buckets,
+                settings,
+                prefix,
+                capture_id,
+                plan,
+                "ops",
+                deadline,
+                now,
+                AGENT,
+                targets,
             )
             return plan, await _settle(client, capture_id)
 

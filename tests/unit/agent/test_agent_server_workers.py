@@ -44,10 +44,11 @@ def served(tmp_path):
         storage_endpoint=StorageEndpoint.parse("http://127.0.0.1:9"),
         pod="w-0",
         namespace="team-a",
+        pod_uid="u-0",
     )
     # Started a second ago, so calls signed in this second are not taken for older ones.
     verifier = CallVerifier(
-        parse_trusted_keys(config.trusted_keys), "team-a", "w-0", started_at=time.time() - 1
+        parse_trusted_keys(config.trusted_keys), "team-a", "w-0", "u-0", started_at=time.time() - 1
     )
     server = AgentHttpServer(agent, config, verifier)
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -62,7 +63,7 @@ def served(tmp_path):
 
 
 def status_call(server: AgentHttpServer) -> socket.socket:
-    headers = AGENT_KEYRING.signed_headers("GET", STATUS_PATH, b"", "team-a", "w-0")
+    headers = AGENT_KEYRING.signed_headers("GET", STATUS_PATH, b"", "team-a", "w-0", "u-0")
     sock = socket.create_connection(server.server_address, timeout=5)
     sock.sendall(request_head("GET", STATUS_PATH, headers))
     return sock

@@ -16,11 +16,13 @@ from stepscope.api.agent import (
     CLOCK_WINDOW_SECONDS,
     NONCE_HEADER,
     SIGNATURE_HEADER,
+    TARGET_HEADER,
     TIMESTAMP_HEADER,
     canonical_call,
 )
 
 NOW = 1_800_000_000.0
+UID = "5b0c6a1e-0000-4000-8000-000000000000"
 
 
 class Clock:
@@ -32,7 +34,7 @@ class Clock:
 
 
 def test_the_canonical_form_covers_every_field_once():
-    form = canonical_call("post", "/v1/captures", b"{}", 1700, "ab" * 16, "team-a", "w-0")
+    form = canonical_call("post", "/v1/captures", b"{}", 1700, "ab" * 16, "team-a", "w-0", UID)
     assert form.decode().split("\n") == [
         CALL_SIGNATURE_CONTEXT,
         "POST",
@@ -42,9 +44,11 @@ def test_the_canonical_form_covers_every_field_once():
         "ab" * 16,
         "team-a",
         "w-0",
+        UID,
     ]
-    fields = ("GET", "/v1/status", b"", 1700, "ab" * 16, "team-a", "w-0")
-    for index, changed in enumerate(("PUT", "/v1/x", b"x", 1701, "cd" * 16, "team-b", "w-1")):
+    fields = ("GET", "/v1/status", b"", 1700, "ab" * 16, "team-a", "w-0", UID)
+    changes = ("PUT", "/v1/x", b"x", 1701, "cd" * 16, "team-b", "w-1", "another-uid")
+    for index, changed in enumerate(changes):
         other = list(fields)
         other[index] = changed
         assert canonical_call(*other) != canonical_call(*fields), f"field {index} not covered"
@@ -53,18 +57,18 @@ def test_the_canonical_form_covers_every_field_once():
 def test_a_newline_in_a_field_is_refused():
     # "a\nb" as the namespace and "c" as the pod must not sign the same bytes as "a" + "b\nc".
     with pytest.raises(ValueError, match="newline"):
-        canonical_call("GET", "/", b"", 1, "n", "team-a\nw-0", "x")
+        canonical_call("GET", "/", b"", 1, "n", "team-a\nw-0", "x", UID)
 
 
 def verifier(keyring: AgentKeyring, clock: Clock, **kwargs) -> CallVerifier:
     return CallVerifier(
-        parse_trusted_keys(keyring.trusted_keys_text()), "team-a", "w-0", clock, **kwargs
+        parse_trusted_keys(keyring.trusted_keys_text()), "team-a", "w-0", UID, clock, **kwargs
     )
 
 
-def signed(keyring: AgentKeyring, clock: Clock, namespace="team-a", pod="w-0", body=b"{}"):
+def signed(keyring: AgentKeyring, clock: Clock, namespace="team-a", pod="w-0", uid=UID, body=b"{}"):
     signer = AgentKeyring(keyring.keys, clock=clock)
-    return signer.signed_headers("POST", "/v1/captures", body, namespace, pod)
+    return signer.signed_headers("POST", "/v1/captures", body, namespace, pod, uid)
 
 
 def test_a_call_signed_for_this_pod_is_accepted_once():
@@ -79,8 +83,10 @@ def test_a_call_signed_for_this_pod_is_accepted_once():
 @pytest.mark.parametrize(
     ("change", "says"),
     [
-        ({"namespace": "team-b"}, "signed for 'team-b/w-0'"),
-        ({"pod": "w-1"}, "signed for 'team-a/w-1'"),
+        ({"namespace": "team-b"}, f"signed for 'team-b/w-0/{UID}', this agent is team-a/w-0/"),
+        ({"pod": "w-1"}, f"signed for 'team-a/w-1/{UID}', this agent is team-a/w-0/"),
+        # The pod this call was meant for is gone; this one has its name (and its address).
+        ({"uid": "0ld-u1d"}, "signed for 'team-a/w-0/0ld-u1d', another pod of this name"),
     ],
 )
 def test_a_call_for_another_target_is_refused(change, says):
@@ -202,4 +208,13 @@ def test_a_timestamp_of_other_digits_is_refused_not_crashed_on():
     # "²" is a digit to str.isdigit and a byte of latin-1, in which HTTP headers are read.
     headers = {**signed(keyring, clock), TIMESTAMP_HEADER: "18²"}
     with pytest.raises(CallRefused, match="whole seconds"):
+        verifier(keyring, clock).verify("POST", "/v1/captures", b"{}", headers)
+
+
+def test_a_call_signed_for_another_uid_does_not_verify_under_this_pods_target():
+    """A call signed for an earlier pod of this name, its target header rewritten to name this
+    pod: the signature covers the UID, so it does not verify."""
+    keyring, clock = AgentKeyring.generate(), Clock()
+    headers = {**signed(keyring, clock, uid="0ld-u1d"), TARGET_HEADER: f"team-a/w-0/{UID}"}
+    with pytest.raises(CallRefused, match="no signature verifies"):
         verifier(keyring, clock).verify("POST", "/v1/captures", b"{}", headers)

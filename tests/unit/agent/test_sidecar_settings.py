@@ -23,6 +23,7 @@ def complete_env(directory) -> dict[str, str]:
         "STEPSCOPE_STORAGE_ENDPOINT": "http://S3.example:9000",
         "STEPSCOPE_POD_NAME": "w-0",
         "STEPSCOPE_POD_NAMESPACE": "team-a",
+        "STEPSCOPE_POD_UID": "3c9a2d10-0000-4000-8000-000000000000",
     }
 
 
@@ -35,12 +36,18 @@ def test_keys_identity_and_storage_endpoint_come_from_the_environment(tmp_path):
         9464,
         "0.0.0.0",
     )
+    assert config.pod_uid == "3c9a2d10-0000-4000-8000-000000000000"
     assert str(config.storage_endpoint) == "http://s3.example:9000"
 
 
 @pytest.mark.parametrize(
     "missing",
-    ["STEPSCOPE_AGENT_TRUSTED_KEYS", "STEPSCOPE_POD_NAMESPACE", "STEPSCOPE_STORAGE_ENDPOINT"],
+    [
+        "STEPSCOPE_AGENT_TRUSTED_KEYS",
+        "STEPSCOPE_POD_NAMESPACE",
+        "STEPSCOPE_POD_UID",
+        "STEPSCOPE_STORAGE_ENDPOINT",
+    ],
 )
 def test_a_missing_security_setting_names_the_variable(tmp_path, missing):
     env = complete_env(tmp_path)

@@ -28,6 +28,7 @@ def pod(
         "metadata": {
             "name": name,
             "namespace": NAMESPACE,
+            "uid": f"uid-{name}",
             "labels": labels or {},
             "annotations": annotations or {},
             "creationTimestamp": created,

@@ -16,7 +16,7 @@ from typing import Self
 import aiohttp
 import pytest
 from aiohttp import web
-from stepscope_operator.agents.client import AgentClient, AgentError
+from stepscope_operator.agents.client import AgentAddress, AgentClient, AgentError
 from stepscope_operator.agents.fanout import FanOut, RetryPolicy
 from stepscope_operator.agents.signing import AgentKeyring
 from stepscope_operator.sessions.arming import describe_unreachable
@@ -26,8 +26,10 @@ from stepscope_operator.sessions.planning import WindowPlan
 from stepscope_operator.sessions.probing import probe_agents
 from stepscope_operator.sessions.status import final_phase, judge_ranks, tally_ranks
 from stepscope_operator.sessions.view import PersistedPlan
+from stepscope_operator.targets.pod_binding import planned_addresses
 from stepscope_operator.targets.resolving import RankTarget
 from support import free_port
+from support.fake_agents import answering_as_called, called_pod
 
 from stepscope.api import agent as wire
 from stepscope.api.phases import Phase, Reason
@@ -43,6 +45,10 @@ KEYRING = AgentKeyring.generate()
 
 def _status(pod: str) -> dict:
     return {"pod": pod, "agentTime": 1.0, "agentVersion": "test", "currentStep": 50}
+
+
+def _agent(pod: str, ip: str = "127.0.0.1") -> AgentAddress:
+    return AgentAddress(pod, ip, f"uid-{pod}")
 
 
 class Agents:
@@ -64,7 +70,7 @@ class Agents:
             self.in_flight -= 1
 
     async def __aenter__(self) -> Self:
-        app = web.Application()
+        app = answering_as_called(web.Application())
         app.router.add_route("*", "/{tail:.*}", self._serve)
         self._runner = web.AppRunner(app)
         await self._runner.setup()
@@ -125,7 +131,7 @@ def test_5xx_is_retried_and_4xx_is_not(status, retried):
         async with Agents(_flaky(2, status)) as agents:
             client = agents.client(FanOut(8, FAST_RETRIES))
             try:
-                return agents, await client.status("p", "127.0.0.1")
+                return agents, await client.status(_agent("p"))
             except AgentError as exc:
                 return agents, exc
 
@@ -143,7 +149,7 @@ def test_a_refused_connection_is_retried_then_given_up_naming_the_attempts():
         async with aiohttp.ClientSession() as http:
             client = AgentClient(http, KEYRING, "ns", free_port(), 2.0, FanOut(8, FAST_RETRIES))
             with pytest.raises(AgentError) as caught:
-                await client.status("ddp-worker-3", REFUSING_IP)
+                await client.status(_agent("ddp-worker-3", REFUSING_IP))
             return caught.value
 
     error = asyncio.run(run())
@@ -159,7 +165,7 @@ def test_a_timeout_is_retried():
 
     async def run() -> int:
         async with Agents(slow_first) as agents:
-            await agents.client(FanOut(8, FAST_RETRIES), timeout_s=0.3).status("p", "127.0.0.1")
+            await agents.client(FanOut(8, FAST_RETRIES), timeout_s=0.3).status(_agent("p"))
             return agents.calls
 
     assert asyncio.run(run()) == 2
@@ -174,7 +180,7 @@ def test_a_connection_reset_mid_request_is_retried():
 
     async def run() -> int:
         async with Agents(reset_first) as agents:
-            await agents.client(FanOut(8, FAST_RETRIES)).status("p", "127.0.0.1")
+            await agents.client(FanOut(8, FAST_RETRIES)).status(_agent("p"))
             return agents.calls
 
     assert asyncio.run(run()) == 2
@@ -187,7 +193,7 @@ def test_a_malformed_reply_is_not_retried():
     async def run() -> tuple[int, AgentError]:
         async with Agents(garbage) as agents:
             with pytest.raises(AgentError) as caught:
-                await agents.client(FanOut(8, FAST_RETRIES)).status("p", "127.0.0.1")
+                await agents.client(FanOut(8, FAST_RETRIES)).status(_agent("p"))
             return agents.calls, caught.value
 
     calls, error = asyncio.run(run())
@@ -217,7 +223,7 @@ def test_no_more_calls_are_in_flight_than_the_bound_and_all_complete():
 
     async def run() -> tuple[Agents, dict]:
         async with Agents(hold_until_full) as agents:
-            pods = {f"ddp-worker-{n}": "127.0.0.1" for n in range(200)}
+            pods = {f"ddp-worker-{n}": _agent(f"ddp-worker-{n}") for n in range(200)}
             client = agents.client(FanOut(BOUND, FAST_RETRIES), timeout_s=FILL_DEADLINE_S * 2)
             return agents, await probe_agents(client, pods)
 
@@ -242,7 +248,7 @@ def test_a_clock_offset_comes_from_the_answered_call_not_the_wait_for_a_slot():
 
     async def answer_with_clock(agents: Agents, request: web.Request) -> web.StreamResponse:
         arrived = time.time()
-        pod = request.headers[wire.TARGET_HEADER].split("/", 1)[1]
+        pod = called_pod(request)
         await asyncio.sleep(0.01)
         status = {**_status(pod), "agentTime": time.time()}
         seen[pod] = (arrived, time.time())
@@ -250,7 +256,7 @@ def test_a_clock_offset_comes_from_the_answered_call_not_the_wait_for_a_slot():
 
     async def run() -> tuple[float, dict, float]:
         async with Agents(answer_with_clock) as agents:
-            pods = {f"w-{n:02d}": "127.0.0.1" for n in range(20)}
+            pods = {f"w-{n:02d}": _agent(f"w-{n:02d}") for n in range(20)}
             before = time.time()
             client = agents.client(FanOut(1, FAST_RETRIES), timeout_s=30.0)
             probes = await probe_agents(client, pods)
@@ -275,7 +281,7 @@ def test_the_bound_is_shared_by_every_client_of_one_fan_out():
     async def run() -> Agents:
         async with Agents(slow) as agents:
             shared = FanOut(5, FAST_RETRIES)
-            pods = {f"w-{n}": "127.0.0.1" for n in range(40)}
+            pods = {f"w-{n}": _agent(f"w-{n}") for n in range(40)}
             await asyncio.gather(
                 probe_agents(agents.client(shared), pods), probe_agents(agents.client(shared), pods)
             )
@@ -307,6 +313,7 @@ def test_agents_refusing_connections_give_partial_success_naming_them_in_ranges(
             pod=f"ddp-worker-{n}",
             namespace="team-a",
             pod_ip=REFUSING_IP if n in lost else "127.0.0.1",
+            pod_uid=f"uid-{n}",
             trace=True,
         )
         for n in range(600)
@@ -314,8 +321,8 @@ def test_agents_refusing_connections_give_partial_success_naming_them_in_ranges(
 
     async def run() -> dict:
         async with Agents(done) as agents:
-            pod_ips = {t.pod: t.pod_ip for t in targets}
-            return await poll_captures(agents.client(FanOut(64, FAST_RETRIES)), pod_ips, "c")
+            client = agents.client(FanOut(64, FAST_RETRIES))
+            return await poll_captures(client, planned_addresses(targets), "c")
 
     observations = asyncio.run(run())
     # One server answers for every pod, always as rank 0; give each pod its own rank back.
@@ -357,15 +364,45 @@ def test_unreachable_pods_at_arming_are_named_in_ranges_with_one_reason():
     )
 
 
-def test_settled_pods_are_not_polled_again():
-    """A finished pod's answer changes no more; at 1024 ranks asking again would fetch every
-    finished rank's summary on every poll."""
+class _Kube:
+    """The API server as a round's refresh reads it: `pods` (objects), counting the lists."""
 
-    async def answer(agents: Agents, request: web.Request) -> web.StreamResponse:
-        done = agents.calls <= 2  # the first two pods asked are done, the rest capturing
-        body = {"captureId": "c", "state": "done" if done else "capturing"}
-        return web.json_response({**body, "startStep": 1, "endStep": 2, "ranks": []})
+    def __init__(self, pods: list[dict]) -> None:
+        self.pods, self.lists, self.events = pods, 0, []
 
+    async def list_pods(self, namespace: str, selector: str) -> list[dict]:
+        self.lists += 1
+        return self.pods
+
+    async def post_event(self, body: dict, type_: str, reason: str, message: str) -> None:
+        self.events.append((type_, reason, message))
+
+
+def _pod_object(target: RankTarget, **changes) -> dict:
+    pod = {
+        "metadata": {"name": target.pod, "uid": target.pod_uid},
+        "spec": {},
+        "status": {"podIP": target.pod_ip},
+    }
+    for path, value in changes.items():
+        section, key = path.split("__")
+        pod[section][key] = value
+    return pod
+
+
+def _following(agents: Agents, kube: _Kube) -> tuple[SimpleNamespace, SimpleNamespace]:
+    """A context and session view as `observe` uses them."""
+    ctx = SimpleNamespace(
+        agents=lambda namespace: agents.client(FanOut(1, FAST_RETRIES)), kube=kube
+    )
+    adapter = SimpleNamespace(pod_selector=lambda ref: "app=w")
+    view = SimpleNamespace(
+        namespace="team-a", name="s", body={}, target_adapter=adapter, target_ref=None
+    )
+    return ctx, view
+
+
+def _record(targets: list[RankTarget]) -> PersistedPlan:
     now = datetime.now(UTC)
     plan = WindowPlan(
         start_step=1,
@@ -378,15 +415,31 @@ def test_settled_pods_are_not_polled_again():
         expected_start=now,
         expected_end=now,
     )
-    targets = [
-        RankTarget(rank=n, pod=f"w-{n}", namespace="team-a", pod_ip="127.0.0.1") for n in range(4)
+    return PersistedPlan(capture_id="c", plan=plan, targets=targets, capture_deadline=now)
+
+
+def _targets(count: int) -> list[RankTarget]:
+    return [
+        RankTarget(rank=n, pod=f"w-{n}", namespace="team-a", pod_ip="127.0.0.1", pod_uid=f"u{n}")
+        for n in range(count)
     ]
-    record = PersistedPlan(capture_id="c", plan=plan, targets=targets, capture_deadline=now)
-    view = SimpleNamespace(namespace="team-a")
+
+
+def test_settled_pods_are_not_polled_again():
+    """A finished pod's answer changes no more; at 1024 ranks asking again would fetch every
+    finished rank's summary on every poll."""
+
+    async def answer(agents: Agents, request: web.Request) -> web.StreamResponse:
+        done = agents.calls <= 2  # the first two pods asked are done, the rest capturing
+        body = {"captureId": "c", "state": "done" if done else "capturing"}
+        return web.json_response({**body, "startStep": 1, "endStep": 2, "ranks": []})
+
+    targets = _targets(4)
+    record, kube = _record(targets), _Kube([_pod_object(t) for t in targets])
 
     async def run() -> tuple[int, int, dict]:
         async with Agents(answer) as agents:
-            ctx = SimpleNamespace(agents=lambda namespace: agents.client(FanOut(1, FAST_RETRIES)))
+            ctx, view = _following(agents, kube)
             first = await observe(ctx, view, record)
             asked_first = agents.calls
             settled = {pod: o for pod, o in first.items() if o.settled}
@@ -396,3 +449,43 @@ def test_settled_pods_are_not_polled_again():
     asked_first, asked_second, second = asyncio.run(run())
     assert asked_first == 4 and asked_second == 2
     assert sum(o.settled for o in second.values()) == 2 and len(second) == 4
+    # One list of the target's pods per round, never one read per pod.
+    assert kube.lists == 2
+
+
+def test_a_pod_gone_or_replaced_since_the_plan_is_not_called_and_is_settled_with_why():
+    """Before each poll the pods are read again: a deleted pod and one re-created under its
+    name (another UID) are not called, even though an agent answers at their addresses;
+    each is settled, naming why, and one Warning Event says so. A pod at a new IP is called
+    there."""
+    called: list[str] = []
+
+    async def answer(agents: Agents, request: web.Request) -> web.StreamResponse:
+        called.append(request.headers[wire.TARGET_HEADER])
+        body = {"captureId": "c", "state": "capturing", "startStep": 1, "endStep": 2}
+        return web.json_response({**body, "ranks": []})
+
+    w0, w1, w2, w3 = _targets(4)
+    w3 = w3.model_copy(update={"pod_ip": REFUSING_IP})
+    record = _record([w0, w1, w2, w3])
+    kube = _Kube(
+        [
+            _pod_object(w0),
+            _pod_object(w2, metadata__uid="u2-new"),
+            _pod_object(w3, status__podIP="127.0.0.1"),
+        ]
+    )
+
+    async def run() -> dict:
+        async with Agents(answer) as agents:
+            return await observe(*_following(agents, kube), record)
+
+    observed = asyncio.run(run())
+    assert sorted(called) == ["ns/w-0/u0", "ns/w-3/u3"]
+    assert observed["w-1"].settled and "pod w-1 is gone" in observed["w-1"].error
+    assert observed["w-2"].settled and "pod w-2 was replaced" in observed["w-2"].error
+    assert "u2-new" in observed["w-2"].error
+    assert observed["w-3"].capture is not None  # called at its new address, and answered
+    ((type_, reason, message),) = kube.events
+    assert (type_, reason) == ("Warning", Reason.POD_LOST)
+    assert message.startswith("2 pod(s) not called: w-1..2 (pod w-1 is gone")

@@ -21,10 +21,11 @@ import aiohttp
 import pytest
 from aiohttp import web
 from stepscope_operator.agents import replies
-from stepscope_operator.agents.client import AgentClient, AgentError
+from stepscope_operator.agents.client import AgentAddress, AgentClient, AgentError
 from stepscope_operator.agents.replies import CAPTURE_REPLY, REPLY_LIMITS, STATUS_REPLY
 from stepscope_operator.agents.signing import AgentKeyring
 from support import free_port
+from support.fake_agents import answering_as_called
 
 from stepscope.analysis.model.counter_stats import CounterSeries, CounterStats, DeviceCounters
 from stepscope.analysis.model.rank_summary import (
@@ -43,6 +44,7 @@ from stepscope.analysis.rank.summary import summarize_rank
 from stepscope.api import agent as wire
 
 POD = "llama-ft-worker-3"
+AGENT = AgentAddress(POD, "127.0.0.1", "8d1e5a4c-0000-4000-8000-000000000003")
 CAPTURE_ID = "c"
 GOOD_STATUS = {"pod": POD, "agentTime": 1.0, "agentVersion": "test"}
 SCENARIOS = Path(__file__).parents[2] / "data" / "scenarios"
@@ -105,7 +107,7 @@ async def _ask(reply, call: str = "status", during=None):
         answer = reply(request)
         return await answer if asyncio.iscoroutine(answer) else answer
 
-    app = web.Application()
+    app = answering_as_called(web.Application())
     app.router.add_route("*", "/{path:.*}", handler)
     runner = web.AppRunner(app)
     await runner.setup()
@@ -114,11 +116,7 @@ async def _ask(reply, call: str = "status", during=None):
     try:
         async with aiohttp.ClientSession() as session:
             client = AgentClient(session, AgentKeyring.generate(), "ns", port, timeout_s=60)
-            asked = (
-                client.status(POD, "127.0.0.1")
-                if call == "status"
-                else client.capture(POD, "127.0.0.1", CAPTURE_ID)
-            )
+            asked = client.status(AGENT) if call == "status" else client.capture(AGENT, CAPTURE_ID)
             if during is None:
                 return await asked
             beside = asyncio.create_task(during())

@@ -3,6 +3,7 @@ field, instead of stopping the session."""
 
 import asyncio
 
+from stepscope_operator.agents.client import AgentAddress
 from stepscope_operator.sessions.following import observe_pod
 
 from stepscope.api.agent import CaptureStatus
@@ -14,10 +15,11 @@ class AnsweringAgent:
     def __init__(self, body: dict) -> None:
         self.body = body
 
-    async def capture(self, pod: str, ip: str, capture_id: str) -> CaptureStatus:
+    async def capture(self, agent: AgentAddress, capture_id: str) -> CaptureStatus:
         return CaptureStatus.model_validate(self.body)
 
 
+POD = AgentAddress("pod-0", "127.0.0.1", "uid-0")
 BODY = {
     "captureId": "c",
     "state": "done",
@@ -28,7 +30,7 @@ BODY = {
 
 
 def test_a_summary_of_no_known_kind_names_the_field():
-    observed = asyncio.run(observe_pod(AnsweringAgent(BODY), "pod-0", "127.0.0.1", "c"))
+    observed = asyncio.run(observe_pod(AnsweringAgent(BODY), POD, "c"))
     assert observed.capture is None and not observed.settled
     assert "the agent in pod pod-0 broke the wire contract" in observed.error
     assert "ranks.0.summary" in observed.error
@@ -36,5 +38,5 @@ def test_a_summary_of_no_known_kind_names_the_field():
 
 def test_a_valid_answer_is_observed_as_it_is():
     good = {**BODY, "ranks": [{"rank": 0, "state": "done"}]}
-    observed = asyncio.run(observe_pod(AnsweringAgent(good), "pod-0", "127.0.0.1", "c"))
+    observed = asyncio.run(observe_pod(AnsweringAgent(good), POD, "c"))
     assert observed.error is None and observed.settled

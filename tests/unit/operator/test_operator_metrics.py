@@ -5,7 +5,7 @@ import asyncio
 import uuid
 
 from prometheus_client import REGISTRY
-from stepscope_operator.metrics import record_finished_session
+from stepscope_operator.metrics import AGENT_CALLS, record_finished_session
 
 from stepscope.api.session import TargetSpec
 from stepscope.api.session_status import ProfileSessionStatus
@@ -60,17 +60,30 @@ def test_a_session_without_a_summary_sets_no_gauge():
 
 
 def test_an_agent_call_that_fails_after_its_retries_is_counted_by_call():
-    asyncio.run(_refused_calls_are_counted())
+    from stepscope.api.hang_dump import HangDumpRequest
+
+    namespace = f"ns-{uuid.uuid4().hex[:6]}"
+    asyncio.run(_refused_calls(namespace, lambda client, agent: client.status(agent)))
+    dump = HangDumpRequest(request_id="hang-1", timeout_seconds=1.0, grants={})
+    asyncio.run(_refused_calls(namespace, lambda client, agent: client.hang_dump(agent, dump)))
+
+    def failures(call: str) -> float | None:
+        labels = {"namespace": namespace, "call": call}
+        return REGISTRY.get_sample_value("stepscope_agent_call_failures_total", labels)
+
+    assert failures("status") == 2
+    # A hang dump is its own call, not an arm (both are POSTs).
+    assert failures("hang-dump") == 2 and failures("arm") is None
+    assert set(AGENT_CALLS) >= {"status", "hang-dump"}
 
 
-async def _refused_calls_are_counted():
+async def _refused_calls(namespace: str, call) -> None:
     import aiohttp
-    from stepscope_operator.agents.client import AgentClient, AgentError
+    from stepscope_operator.agents.client import AgentAddress, AgentClient, AgentError
     from stepscope_operator.agents.fanout import FanOut, RetryPolicy
     from stepscope_operator.agents.signing import AgentKeyring
     from support import free_port
 
-    namespace = f"ns-{uuid.uuid4().hex[:6]}"
     retries = RetryPolicy(attempts=2, base_delay_s=0.01, max_delay_s=0.02)
     async with aiohttp.ClientSession() as http:
         client = AgentClient(
@@ -82,12 +95,11 @@ async def _refused_calls_are_counted():
             fan_out=FanOut(max_in_flight=4, retry=retries),
         )
         # Nothing listens on 127.0.0.78: the connection is refused, as by a crashed sidecar.
+        agent = AgentAddress("trainer-0", "127.0.0.78", "uid-0")
         for _ in range(2):
             try:
-                await client.status("trainer-0", "127.0.0.78")
+                await call(client, agent)
             except AgentError:
                 pass
             else:
                 raise AssertionError("a refused call must raise AgentError")
-    failures = {"namespace": namespace, "call": "status"}
-    assert REGISTRY.get_sample_value("stepscope_agent_call_failures_total", failures) == 2

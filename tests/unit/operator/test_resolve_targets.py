@@ -2,6 +2,7 @@ import pytest
 from stepscope_operator.targets import resolving
 from stepscope_operator.targets.kinds import adapter_for
 from stepscope_operator.targets.resolving import (
+    HostNetworkPod,
     InvalidTarget,
     NoLivePods,
     RankTarget,
@@ -12,6 +13,8 @@ from stepscope_operator.targets.resolving import (
     resolve_targets,
 )
 from target_pods import pod
+
+from stepscope.api.agent import MAX_RANKS_PER_POD
 
 
 def ptj_pod(name, replica_type, index, **kw):
@@ -195,3 +198,49 @@ def test_ranks_up_to_the_limit_are_resolved():
     assert len(resolve_targets("pytorchJob", "all", pods, max_ranks=8)) == 8
     with pytest.raises(TooManyRanks, match="declare 8 ranks"):
         resolve_targets("pytorchJob", "all", pods, max_ranks=7)
+
+
+def test_each_rank_carries_its_pods_uid_for_the_calls_to_be_signed_for():
+    pods = [ptj_pod("llama-master-0", "master", 0), ptj_pod("llama-worker-0", "worker", 0)]
+    targets = resolve_targets("pytorchJob", "all", pods)
+    assert [(t.pod, t.pod_uid) for t in targets] == [
+        ("llama-master-0", "uid-llama-master-0"),
+        ("llama-worker-0", "uid-llama-worker-0"),
+    ]
+
+
+def test_a_pod_declaring_more_ranks_than_one_agent_serves_is_refused_naming_it(monkeypatch):
+    """MAX_RANKS_PER_POD bounds every per-rank list on the wire: a pod past it is refused at
+    resolution, within the session's own limit and before any rank is built."""
+    built = []
+    monkeypatch.setattr(resolving, "RankTarget", lambda **fields: built.append(fields))
+    env = [{"name": "PET_NPROC_PER_NODE", "value": str(MAX_RANKS_PER_POD + 1)}]
+    pods = [ptj_pod("llama-master-0", "master", 0), ptj_pod("llama-worker-0", "worker", 0, env=env)]
+    with pytest.raises(TooManyRanks) as refused:
+        resolve_targets("pytorchJob", "all", pods, max_ranks=1024)
+    assert built == []
+    assert str(refused.value) == (
+        f"pod llama-worker-0 declares {MAX_RANKS_PER_POD + 1} ranks (from its "
+        f"PET_NPROC_PER_NODE), more than the {MAX_RANKS_PER_POD} one pod's agent serves "
+        "(MAX_RANKS_PER_POD); run fewer processes per pod"
+    )
+
+
+def test_a_pod_at_the_per_pod_limit_is_resolved():
+    env = [{"name": "PET_NPROC_PER_NODE", "value": str(MAX_RANKS_PER_POD)}]
+    pods = [ptj_pod("llama-worker-0", "worker", 0, env=env)]
+    assert len(resolve_targets("pytorchJob", "all", pods, max_ranks=1024)) == MAX_RANKS_PER_POD
+
+
+def test_a_pod_on_the_host_network_is_refused_naming_it():
+    """Its IP is its node's, shared with every host-network pod there: a call to it could
+    reach another namespace's pod."""
+    host = ptj_pod("llama-worker-0", "worker", 0)
+    host["spec"]["hostNetwork"] = True
+    pods = [ptj_pod("llama-master-0", "master", 0), host]
+    with pytest.raises(HostNetworkPod) as refused:
+        resolve_targets("pytorchJob", "all", pods)
+    assert isinstance(refused.value, InvalidTarget)
+    message = str(refused.value)
+    assert message.startswith("pod llama-worker-0 runs on the host network (spec.hostNetwork)")
+    assert "profile pods on the pod network" in message

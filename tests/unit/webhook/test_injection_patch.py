@@ -229,6 +229,9 @@ def test_sidecar_learns_its_pod_from_the_downward_api_and_listens_on_the_pod_ip(
         "STEPSCOPE_AGENT_HOST": "status.podIP",
         "STEPSCOPE_POD_NAME": "metadata.name",
         "STEPSCOPE_POD_NAMESPACE": "metadata.namespace",
+        # Calls are signed for the pod's UID: a pod that takes its address or name later
+        # refuses them.
+        "STEPSCOPE_POD_UID": "metadata.uid",
         "STEPSCOPE_NODE_NAME": "spec.nodeName",
     }
     assert sidecar["command"] == ["stepscope-agent"]
