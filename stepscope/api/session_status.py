@@ -27,6 +27,9 @@ from stepscope.rank_ranges import describe_ranks
 # Lists of ranks in status name at most this many ranks; the counts say how many there were.
 MAX_LISTED_RANKS = 10
 FAILURE_REASON_MAX_LENGTH = 128
+# Why a rank is missing is an agent error naming the pod, the call and the limit it broke: longer
+# than a failure's reason, and said once per session rather than once per listed rank.
+MISSING_REASON_MAX_LENGTH = 512
 URI_MAX_LENGTH = 1024
 # Which ranks are in the merged trace: ranges and reasons, a line a person reads.
 MERGED_RANKS_MAX_LENGTH = 512
@@ -120,6 +123,13 @@ class RanksStatus(ApiModel):
     missing_count: int = Field(
         0, ge=0, description="Observed state. Total number of ranks that delivered no capture."
     )
+    missing_reason: BoundedText(MISSING_REASON_MAX_LENGTH) | None = Field(
+        None,
+        description=(
+            "Observed state. Why the lowest missing rank delivered nothing (e.g. its agent's "
+            "reply was refused, naming the limit); the others' reasons are in the report."
+        ),
+    )
     failed: list[RankFailure] = Field(
         default_factory=list,
         max_length=MAX_LISTED_RANKS,
@@ -154,8 +164,10 @@ class RanksStatus(ApiModel):
         misaligned: int,
         missing: Iterable[RankRef],
         failed: Iterable[RankFailure],
+        missing_reason: str | None = None,
     ) -> RanksStatus:
-        """Counts plus the first `MAX_LISTED_RANKS` of each list, so any job size fits."""
+        """Counts plus the first `MAX_LISTED_RANKS` of each list, so any job size fits;
+        ``missing_reason`` is the lowest missing rank's."""
         missing = sorted(missing, key=lambda ref: ref.rank)
         failed = sorted(failed, key=lambda ref: ref.rank)
         return cls(
@@ -164,6 +176,7 @@ class RanksStatus(ApiModel):
             misaligned=misaligned,
             missing=missing[:MAX_LISTED_RANKS],
             missing_count=len(missing),
+            missing_reason=missing_reason if missing else None,
             failed=failed[:MAX_LISTED_RANKS],
             failed_count=len(failed),
             missing_ranges=_ranges(missing, expected, "missing"),

@@ -186,7 +186,11 @@ async def diagnose(
     round_ = await collect_dumps(
         client, buckets, ledger, prefix, request_id, targets, binding, timeout_s, now
     )
-    verdict = attribute_hang(round_.dumps, placement_of(targets))
+    # The dumps are the tenant's: attribution is linear in them and they are bounded by the wire
+    # model (ranks, groups, entries per rank), yet at those bounds it takes seconds of CPU, so it
+    # runs on a worker thread, where the event loop still gets the interpreter every switch
+    # interval, instead of holding every other session's calls for that long.
+    verdict = await asyncio.to_thread(attribute_hang, round_.dumps, placement_of(targets))
     key, _ = await asyncio.to_thread(store_report, buckets, prefix, verdict, round_)
     return diagnosis_from_verdict(verdict, judgement, now, s3_uri(buckets.bucket, key)), round_
 

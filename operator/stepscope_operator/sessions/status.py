@@ -152,7 +152,9 @@ def _rank_status(observed: PodObservation | None, rank: int) -> RankCaptureStatu
 
 
 def tally_ranks(outcomes: list[RankOutcome]) -> RanksStatus:
+    missing = sorted((o for o in outcomes if o.verdict == "missing"), key=lambda o: o.rank)
     return RanksStatus.tally(
+        missing_reason=missing[0].reason if missing else None,
         expected=len(outcomes),
         captured=sum(o.verdict == "captured" for o in outcomes),
         misaligned=sum(o.verdict == "misaligned" for o in outcomes),
@@ -191,10 +193,13 @@ def final_phase(ranks: RanksStatus) -> tuple[Phase, Reason, str]:
 def describe_rank_problems(ranks: RanksStatus) -> str:
     """The ranks that did not capture, in ranges so the text stays short at any job size:
     'ranks 17-19, 512 (4 of 1024) missing: pods ddp-worker-16..18, ddp-worker-511'. The
-    first failure's reason is quoted; the others are in status.ranks.failed and the report."""
+    first missing rank's and the first failure's reasons are quoted; the others are in
+    status.ranks.failed and the report."""
     parts = []
     if ranks.missing_ranges:
-        parts.append(ranks.missing_ranges)
+        first = ranks.missing[0] if ranks.missing and ranks.missing_reason else None
+        quoted = f" (rank {first.rank}: {ranks.missing_reason})" if first else ""
+        parts.append(f"{ranks.missing_ranges}{quoted}")
     if ranks.failed_ranges:
         first = ranks.failed[0] if ranks.failed else None
         quoted = f" (rank {first.rank}: {first.reason})" if first else ""

@@ -20,8 +20,7 @@ broke (the words of the client's refusal, which test_hostile_agent_replies.py ch
 every case directly). A cancel's answer changes nothing a status says, so a session whose
 cancel is attacked has only to end naming its pod.
 
-Two promises are not kept yet and are marked strict xfail with the reason, so the mark
-must go when the fix lands. Bounded in time: A's slowest sessions are the hang dumps that
+Bounded in time: A's slowest sessions are the hang dumps that
 never come (the dump call's limit, 33 s) and the cancels at the capture deadline (20 s plus
 a 15 s grace); the whole module takes about two minutes.
 """
@@ -37,7 +36,7 @@ from dataclasses import dataclass
 import pytest
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
-from stepscope_dev.hostile.replies import CANCEL, CAPTURE, CASES
+from stepscope_dev.hostile.replies import CANCEL, CASES
 from stepscope_dev.hostile.tenant import (
     HostileTenant,
     TenantSession,
@@ -191,12 +190,6 @@ def attack(local_cluster, session_crds, pod_runner, tmp_path_factory) -> Iterato
         local_cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 24 §3: B's session, created during A's burst of 63 session starts, takes "
-    "7-14 s from Planning to Armed instead of 1 s, and has missed its window and re-planned, "
-    "or failed NoAgentArmed (its arm timed out): 13 to 37 s over its usual time in six runs",
-)
 def test_the_victims_session_succeeds_in_its_usual_time(attack):
     assert attack.under_attack_phase == Phase.SUCCEEDED
     assert attack.under_attack_s <= attack.usual_s + USUAL_TIME_SLACK_S, (
@@ -208,11 +201,6 @@ def test_the_operator_stays_under_its_memory_limit(attack):
     assert attack.memory["VmHWM"] < chart_memory_limit(), attack.memory
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 24 §2: hang attribution runs on the event loop; the unique-group-names "
-    "dump (64 ranks x 2,048 collectives, each on its own group) holds it 1.8-2.4 s here",
-)
 def test_the_event_loop_is_never_held_past_a_second(attack):
     """Over the attack (from the end of the idle run to the last hostile session's end),
     no wake-up of the lag watch came more than a second late."""
@@ -252,17 +240,10 @@ def _unexplained(status: dict, session: TenantSession) -> str | None:
     return f"no status text names pod {session.hostile_pod} and any of {words}; {said}"
 
 
-_MISSING_WITHOUT_REASON = pytest.mark.xfail(
-    strict=True,
-    reason="issue 24 §1: a pod whose capture replies are refused ends 'missing', and the "
-    "status names it without the refusal (RanksStatus.missing has no reason)",
-)
-
-
 @pytest.mark.parametrize(
     "endpoint",
     [
-        *(pytest.param(e, marks=_MISSING_WITHOUT_REASON) if e == CAPTURE else e for e in CASES),
+        *CASES,
         None,
     ],
     ids=lambda e: slug(e) if e is not None else "absurd-ranks",

@@ -96,13 +96,16 @@ def test_unreachable_pod_is_missing_and_named_in_partial_success():
     ranks = tally_ranks(outcomes)
     assert ranks.captured == 1 and ranks.misaligned == 1
     assert [(r.rank, r.pod) for r in ranks.missing] == [(1, "pod-1")]
+    # Why it is missing is said once: the lowest missing rank's agent error.
+    assert ranks.missing_reason == "agent in pod pod-1: GET /v1/captures/c timed out"
     assert ranks.failed[0].rank == 2 and "not_reached: deadline passed" in ranks.failed[0].reason
     assert ranks.failed[0].code == FailureCode.DEADLINE_BEFORE_START
     assert ranks.to_wire()["failed"][0]["code"] == "deadline_before_start"
     phase, reason, message = final_phase(ranks)
     assert phase == "PartiallySucceeded" and reason == "SomeRanksMissing"
     assert message == (
-        "1 of 4 ranks captured the window; rank 1 (1 of 4) missing: pod pod-1; "
+        "1 of 4 ranks captured the window; rank 1 (1 of 4) missing: pod pod-1 "
+        "(rank 1: agent in pod pod-1: GET /v1/captures/c timed out); "
         "rank 2 (1 of 4) failed: pod pod-2 (rank 2: not_reached: deadline passed); "
         "1 misaligned (captured other steps)"
     )
@@ -128,7 +131,10 @@ def test_rank_lists_are_capped_but_counted():
     ranks = tally_ranks(judge_ranks(targets(100), {}, 0, 4))
     assert ranks.missing_count == 100 and len(ranks.missing) == MAX_LISTED_RANKS
     # The status lists ten; the message names all of them, in ranges.
-    assert final_phase(ranks)[2].endswith("ranks 0-99 (100 of 100) missing: pods pod-0..99")
+    assert final_phase(ranks)[2].endswith(
+        "ranks 0-99 (100 of 100) missing: pods pod-0..99 "
+        "(rank 0: the agent in pod pod-0 reported nothing for rank 0)"
+    )
 
 
 def test_condition_transition_time_moves_only_on_flip():
