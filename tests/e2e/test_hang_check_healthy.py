@@ -26,11 +26,10 @@ def hang_check(namespace: str, name: str, job: str, **check) -> dict:
 
 def test_slow_steps_and_a_finished_job_are_not_hangs(e2e_platform, namespace, operator_process):
     cluster = e2e_platform.cluster
-    # Steps of 3 s against a 2 s floor: only the threshold's scaling with the p95 step time
-    # (4 x 3 s = 12 s) keeps the gaps between steps from counting as hangs; the watch lasts over
-    # three thresholds.
+    # Steps of 6 s against a 3 s floor: only the threshold's scaling with the p95 step time
+    # (4 x 6 s = 24 s) keeps the gaps between steps from counting as hangs.
     apply(
-        cluster, pytorchjob(e2e_platform, namespace, "slow", workers=1, args=["--step-sleep", "3"])
+        cluster, pytorchjob(e2e_platform, namespace, "slow", workers=1, args=["--step-sleep", "6"])
     )
     apply(
         cluster,
@@ -46,8 +45,8 @@ def test_slow_steps_and_a_finished_job_are_not_hangs(e2e_platform, namespace, op
     apply(
         cluster,
         hang_check(
-            namespace, "slow-check", "slow", thresholdFloorSeconds=2, stepTimeMultiplier=4,
-            watchSeconds=40,
+            namespace, "slow-check", "slow", thresholdFloorSeconds=3, stepTimeMultiplier=4,
+            watchSeconds=75,
         ),
     )  # fmt: skip
     # The floor stays above the job's teardown (its final barrier and process exit after
@@ -63,10 +62,10 @@ def test_slow_steps_and_a_finished_job_are_not_hangs(e2e_platform, namespace, op
     slow = get_session(cluster, namespace, "slow-check")["status"]
     assert slow["phase"] == "Succeeded" and "hang" not in slow, json.dumps(slow, indent=1)
     ready = next(c for c in slow["conditions"] if c["type"] == "Ready")
-    assert ready["reason"] == "NoHang" and "watched 40s" in ready["message"], ready
-    # The threshold the check used scaled with the 3 s steps.
+    assert ready["reason"] == "NoHang" and "watched 75s" in ready["message"], ready
+    # The threshold the check used scaled with the 6 s steps.
     threshold = float(ready["message"].split("hang threshold ")[1].split("s")[0])
-    assert threshold >= 12, ready["message"]
+    assert threshold >= 24, ready["message"]
 
     short = get_session(cluster, namespace, "short-check")["status"]
     assert short["phase"] == "Succeeded" and "hang" not in short, json.dumps(short, indent=1)

@@ -19,7 +19,7 @@ from stepscope_operator.sessions.planning import WindowPlan
 from stepscope_operator.sessions.view import PersistedPlan
 from stepscope_operator.settings import load_settings
 from stepscope_operator.storage.buckets import connect_buckets
-from stepscope_operator.storage.grant_ledger import GrantUse, grant_ledger
+from stepscope_operator.storage.grant_ledger import GrantUse, grant_ledger, grant_ledger_key
 from stepscope_operator.storage.grants import create_rank_grants, post_grant
 from stepscope_operator.storage.retention import (
     apply_lifecycle_rule,
@@ -230,7 +230,8 @@ def test_a_deleted_hang_check_is_cleaned_again_once_its_dump_grants_expire(
         "the pending delete after the dump grant expired",
     )
     assert datetime.now(UTC) >= lapses
-    assert _keys(local_cluster, "stepscope/.grants/") == []
+    # This session's ledger only: other tests' sessions share the bucket.
+    assert _keys(local_cluster, grant_ledger_key("stepscope", uid)) == []
 
 
 def test_storage_down_during_delete_keeps_the_finalizer_and_says_so(
