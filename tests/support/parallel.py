@@ -1,12 +1,13 @@
 """How `make test` shares its tests among pytest-xdist workers (``--dist loadscope``, with the
 scheduler below).
 
-Every test that runs pods on the real node goes to one worker, in collection order: the node is
-one kubelet and one containerd on this machine, its timing-sensitive verdicts (a straggler
-named, a hang diagnosed) are judged one job at a time, and its tests share the node. Every other
-test goes with the rest of its module, so a module's fixtures (an operator process, a rendered
-chart) start once; the modules spread over the other workers, each with its own control plane,
-S3 server and pod addresses (``podaddresses`` locks a /24 per pod runner).
+The tests that run pods on a real node form two work units, each on one worker with its own
+node, in collection order: the e2e tier (tests/e2e, whose timing-sensitive verdicts, a straggler
+named or a hang diagnosed, are judged one job at a time) and the node's own tests
+(tests/integration/realnode). Every other test goes with the rest of its module, so a module's
+fixtures (an operator process, a rendered chart) start once; the modules spread over the
+workers as they come free, each worker with its own control plane, S3 server and pod addresses
+(``podaddresses`` locks a /24 per pod runner).
 
 The grouping is by path, since the scheduler sees only node ids: a test that asks for the node
 anywhere else is refused at collection (``check_node_test_location``). pytest-xdist's own
@@ -17,15 +18,17 @@ from __future__ import annotations
 
 from xdist.scheduler import LoadScopeScheduling
 
-NODE_GROUP = "node"
-NODE_PATHS = ("tests/e2e/", "tests/integration/realnode/")
+# Work unit -> the directory whose tests it holds.
+NODE_GROUPS = {"e2e-node": "tests/e2e/", "realnode": "tests/integration/realnode/"}
+NODE_PATHS = tuple(NODE_GROUPS.values())
 NODE_FIXTURES = frozenset({"real_node_cluster", "demo_platform", "e2e_platform"})
 
 
 def xdist_group(nodeid: str) -> str:
-    """The work unit of the test ``nodeid``: the node group, or its module."""
-    if nodeid.startswith(NODE_PATHS):
-        return NODE_GROUP
+    """The work unit of the test ``nodeid``: its node group, or its module."""
+    for group, path in NODE_GROUPS.items():
+        if nodeid.startswith(path):
+            return group
     return nodeid.split("::", 1)[0]
 
 
@@ -33,16 +36,17 @@ def check_node_test_location(nodeid: str, fixturenames: list[str] | tuple[str, .
     """Refuse a test that uses the real node outside the node group's paths: it would run on
     another worker, beside (or instead of) the node group's node."""
     used = sorted(NODE_FIXTURES.intersection(fixturenames))
-    if used and xdist_group(nodeid) != NODE_GROUP:
+    if used and xdist_group(nodeid) not in NODE_GROUPS:
         raise ValueError(
             f"{nodeid} uses {', '.join(used)}: a test on the real node belongs under "
-            f"{' or '.join(NODE_PATHS)}, where the one node worker runs it"
+            f"{' or '.join(NODE_PATHS)}, where a node's worker runs it"
         )
 
 
 class NodeGroupScheduling(LoadScopeScheduling):
     """pytest-xdist's scope scheduling with ``xdist_group``'s work units, in collection order
-    (run it with ``--no-loadscope-reorder``: the node group, collected first, starts first)."""
+    (run it with ``--no-loadscope-reorder``: the e2e tier, collected first and the longest unit,
+    starts first)."""
 
     def _split_scope(self, nodeid: str) -> str:
         return xdist_group(nodeid)

@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import pytest
-from support.parallel import NODE_GROUP, check_node_test_location, xdist_group
+from support.parallel import NODE_GROUPS, check_node_test_location, xdist_group
 
 
-@pytest.mark.parametrize(
-    "nodeid",
-    [
-        "tests/e2e/test_straggler_named.py::test_straggler",
-        "tests/integration/realnode/test_injected_pod.py::test_context[a]",
-    ],
-)
-def test_every_test_on_the_real_node_is_in_the_one_node_group(nodeid):
-    assert xdist_group(nodeid) == NODE_GROUP
+def test_each_node_tier_is_one_work_unit():
+    e2e = {
+        xdist_group("tests/e2e/test_straggler_named.py::test_straggler"),
+        xdist_group("tests/e2e/test_session_on_real_node.py::test_demo[x]"),
+    }
+    realnode = {
+        xdist_group("tests/integration/realnode/test_injected_pod.py::test_context[a]"),
+        xdist_group("tests/integration/realnode/test_node_pod_network.py::test_dns"),
+    }
+    assert len(e2e) == len(realnode) == 1
+    assert e2e | realnode == set(NODE_GROUPS)
 
 
 def test_other_tests_go_with_their_module():
@@ -39,5 +41,5 @@ def test_the_scheduler_splits_work_by_these_groups():
 
     # Built without workers: only the scope rule is exercised here.
     scheduler = object.__new__(NodeGroupScheduling)
-    assert scheduler._split_scope("tests/e2e/test_a.py::test_b") == NODE_GROUP
+    assert scheduler._split_scope("tests/e2e/test_a.py::test_b") == "e2e-node"
     assert scheduler._split_scope("tests/unit/c/test_d.py::test_e") == "tests/unit/c/test_d.py"
