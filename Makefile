@@ -40,9 +40,10 @@ node-images: venv binaries
 # The e2e tier runs its pods on the real node (tests/e2e/e2e_platform.py; STEPSCOPE_E2E_NODE=process
 # puts them on the process pod runner); the node's own tests run under test-realnode, to keep
 # this one inside CI's time.
-# Side by side on TEST_WORKERS workers: the real node's tests on one of them, in order, the other
+# Side by side on TEST_WORKERS workers: each real-node tier on a worker of its own, in order, the other
 # modules spread over the rest (tests/support/parallel.py; its scheduler takes --dist loadscope).
-TEST_WORKERS ?= 3
+# Four: one per node tier and two for the other modules, which mostly wait on their servers.
+TEST_WORKERS ?= 4
 test: venv binaries node-images
 	$(VENV)/bin/pytest -ra --durations=15 -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder
 

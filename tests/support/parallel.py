@@ -3,8 +3,8 @@ scheduler below).
 
 The tests that run pods on a real node form two work units, each on one worker with its own
 node, in collection order: the e2e tier (tests/e2e, whose timing-sensitive verdicts, a straggler
-named or a hang diagnosed, are judged one job at a time) and the node's own tests
-(tests/integration/realnode). Every other test goes with the rest of its module, so a module's
+named or a hang diagnosed, are judged one job at a time) and the tests that start a node of
+their own (tests/integration/realnode and the demo's session on the node). Every other test goes with the rest of its module, so a module's
 fixtures (an operator process, a rendered chart) start once; the modules spread over the
 workers as they come free, each worker with its own control plane, S3 server and pod addresses
 (``podaddresses`` locks a /24 per pod runner).
@@ -18,16 +18,22 @@ from __future__ import annotations
 
 from xdist.scheduler import LoadScopeScheduling
 
-# Work unit -> the directory whose tests it holds.
-NODE_GROUPS = {"e2e-node": "tests/e2e/", "realnode": "tests/integration/realnode/"}
-NODE_PATHS = tuple(NODE_GROUPS.values())
+# Work unit -> the paths whose tests it holds, most specific first. The demo's session on the
+# real node starts its own control plane and node (the operator from its image, through the
+# chart), like the node's own tests: it goes with them, so the e2e tier's worker, the longest,
+# does not carry its three minutes; being collected early, it also starts that unit first.
+NODE_GROUPS = {
+    "realnode": ("tests/e2e/test_session_on_real_node.py", "tests/integration/realnode/"),
+    "e2e-node": ("tests/e2e/",),
+}
+NODE_PATHS = tuple(path for paths in NODE_GROUPS.values() for path in paths)
 NODE_FIXTURES = frozenset({"real_node_cluster", "demo_platform", "e2e_platform"})
 
 
 def xdist_group(nodeid: str) -> str:
     """The work unit of the test ``nodeid``: its node group, or its module."""
-    for group, path in NODE_GROUPS.items():
-        if nodeid.startswith(path):
+    for group, paths in NODE_GROUPS.items():
+        if nodeid.startswith(paths):
             return group
     return nodeid.split("::", 1)[0]
 
@@ -39,7 +45,7 @@ def check_node_test_location(nodeid: str, fixturenames: list[str] | tuple[str, .
     if used and xdist_group(nodeid) not in NODE_GROUPS:
         raise ValueError(
             f"{nodeid} uses {', '.join(used)}: a test on the real node belongs under "
-            f"{' or '.join(NODE_PATHS)}, where a node's worker runs it"
+            f"{' or '.join(sorted(set(NODE_PATHS)))}, where a node's worker runs it"
         )
 
 

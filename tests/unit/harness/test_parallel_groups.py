@@ -9,9 +9,11 @@ from support.parallel import NODE_GROUPS, check_node_test_location, xdist_group
 def test_each_node_tier_is_one_work_unit():
     e2e = {
         xdist_group("tests/e2e/test_straggler_named.py::test_straggler"),
-        xdist_group("tests/e2e/test_session_on_real_node.py::test_demo[x]"),
+        xdist_group("tests/e2e/test_hang_diagnosed.py::test_blocked[x]"),
     }
+    # The demo's session starts a node of its own, as the node's own tests do.
     realnode = {
+        xdist_group("tests/e2e/test_session_on_real_node.py::test_demo[x]"),
         xdist_group("tests/integration/realnode/test_injected_pod.py::test_context[a]"),
         xdist_group("tests/integration/realnode/test_node_pod_network.py::test_dns"),
     }
