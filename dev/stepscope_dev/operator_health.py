@@ -21,6 +21,9 @@ from stepscope_dev.podmemory import memory_bytes
 CHART_VALUES = Path(__file__).resolve().parents[2] / "charts" / "stepscope" / "values.yaml"
 LAG_METRIC = "stepscope_operator_event_loop_lag_seconds"
 LAG_MAX_METRIC = "stepscope_operator_event_loop_lag_max_seconds"
+# The lag bounded by the CPU time the operator's process used meanwhile (metrics.LagRecord).
+HELD_METRIC = "stepscope_operator_event_loop_held_seconds"
+HELD_MAX_METRIC = "stepscope_operator_event_loop_held_max_seconds"
 
 
 def chart_memory_limit() -> int:
@@ -51,17 +54,19 @@ class LagSample:
         return {le: count - earlier.buckets.get(le, 0.0) for le, count in self.buckets.items()}
 
 
-def scrape_lag(metrics_url: str) -> LagSample:
+def scrape_lag(metrics_url: str, held: bool = False) -> LagSample:
+    """The lag histogram and its max gauge, or with `held` the held lag's."""
+    metric, max_metric = (HELD_METRIC, HELD_MAX_METRIC) if held else (LAG_METRIC, LAG_MAX_METRIC)
     text = urllib.request.urlopen(metrics_url, timeout=10).read().decode()
     buckets, max_s = {}, 0.0
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            if sample.name == f"{LAG_METRIC}_bucket":
+            if sample.name == f"{metric}_bucket":
                 buckets[float(sample.labels["le"])] = sample.value
-            elif sample.name == LAG_MAX_METRIC:
+            elif sample.name == max_metric:
                 max_s = sample.value
     if not buckets:
-        raise RuntimeError(f"{metrics_url} serves no {LAG_METRIC}")
+        raise RuntimeError(f"{metrics_url} serves no {metric}")
     return LagSample(buckets, max_s)
 
 

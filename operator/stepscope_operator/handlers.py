@@ -54,6 +54,7 @@ from stepscope_operator.storage.retention import (
     lifecycle_rule,
     sweep_pending_deletes,
 )
+from stepscope_operator.threads import OPERATOR, in_thread
 
 PLURAL = "profilesessions"
 FINALIZER = f"{GROUP}/cleanup"
@@ -108,7 +109,7 @@ async def configure(
             operator_settings.s3_lifecycle_abort_days,
             operator_settings.s3_lifecycle_max_age_days,
         )
-        logger.info(await asyncio.to_thread(apply_lifecycle_rule, buckets, rule))
+        logger.info(await in_thread(OPERATOR, apply_lifecycle_rule, buckets, rule))
     http = aiohttp.ClientSession()
     memo.http = http
     memo.ctx = OperatorContext(
@@ -133,8 +134,8 @@ async def sweep_deleted_sessions(ctx: OperatorContext, logger: logging.Logger) -
     """Forever: clean the prefixes of deleted sessions whose last grant has expired."""
     while True:
         try:
-            finished = await asyncio.to_thread(
-                sweep_pending_deletes, ctx.buckets, ctx.settings.s3_prefix, ctx.now()
+            finished = await in_thread(
+                OPERATOR, sweep_pending_deletes, ctx.buckets, ctx.settings.s3_prefix, ctx.now()
             )
             if finished:
                 logger.info(
@@ -270,8 +271,8 @@ async def session_expiry(
     if expires_at is None or expires_at > now:
         return
     ledger = grant_ledger(ctx.buckets, ctx.settings.s3_prefix, view.uid)
-    deleted = await asyncio.to_thread(
-        empty_after_grants, ctx.buckets, ledger, view.prefix(ctx.settings), now
+    deleted = await in_thread(
+        view.namespace, empty_after_grants, ctx.buckets, ledger, view.prefix(ctx.settings), now
     )
     if deleted is None:
         return

@@ -8,7 +8,6 @@ and which resource each kind reads is its adapter's (`stepscope_operator.targets
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import socket
@@ -22,6 +21,7 @@ from kubernetes.client.exceptions import ApiException
 from stepscope.api.session import GROUP, VERSION
 from stepscope.api.text import clip_text
 from stepscope_operator.targets.kinds import JobResource
+from stepscope_operator.threads import BLOCKING_THREADS, OPERATOR, in_thread
 
 SESSION_PLURAL = "profilesessions"
 SCHEDULE_PLURAL = "profileschedules"
@@ -33,13 +33,18 @@ EVENT_MESSAGE_MAX_LENGTH = 1024
 
 
 def load_api_client() -> k8s.ApiClient:
-    """In-cluster credentials when running in a pod, else the kubeconfig (KUBECONFIG)."""
+    """In-cluster credentials when running in a pod, else the kubeconfig (KUBECONFIG), with
+    a connection for every blocking thread (`threads`)."""
+    configuration = k8s.Configuration()
     try:
-        k8s_config.load_incluster_config()
+        k8s_config.load_incluster_config(client_configuration=configuration)
     except k8s_config.ConfigException:
         # The client reads KUBECONFIG once, at import; read it now so a caller's value counts.
-        k8s_config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))
-    return k8s.ApiClient()
+        k8s_config.load_kube_config(
+            config_file=os.environ.get("KUBECONFIG"), client_configuration=configuration
+        )
+    configuration.connection_pool_maxsize = BLOCKING_THREADS
+    return k8s.ApiClient(configuration)
 
 
 # Seconds one API request may take when the caller does not say (settings override it).
@@ -66,7 +71,8 @@ class KubeApi:
     ) -> dict[str, Any] | None:
         """The target's job object; None when it (or its resource type) does not exist."""
         try:
-            return await asyncio.to_thread(
+            return await in_thread(
+                namespace,
                 self._custom.get_namespaced_custom_object,
                 resource.group,
                 resource.version,
@@ -87,13 +93,16 @@ class KubeApi:
             )
             return json.loads(response.data)["items"]
 
-        return await asyncio.to_thread(call)
+        return await in_thread(namespace, call)
 
     async def create_analysis_job(self, body: dict[str, Any]) -> bool:
         """Create the session's analysis Job; False when it exists already (a restart)."""
         try:
-            await asyncio.to_thread(
-                self._batch.create_namespaced_job, body["metadata"]["namespace"], body
+            await in_thread(
+                body["metadata"]["namespace"],
+                self._batch.create_namespaced_job,
+                body["metadata"]["namespace"],
+                body,
             )
         except ApiException as exc:
             if exc.status == 409:
@@ -107,7 +116,7 @@ class KubeApi:
             return json.loads(response.data)
 
         try:
-            return await asyncio.to_thread(call)
+            return await in_thread(namespace, call)
         except ApiException as exc:
             if exc.status == 404:
                 return None
@@ -116,7 +125,8 @@ class KubeApi:
     async def delete_analysis_job(self, namespace: str, name: str) -> None:
         """Delete the Job and, in the background, its pods."""
         try:
-            await asyncio.to_thread(
+            await in_thread(
+                namespace,
                 self._batch.delete_namespaced_job,
                 name,
                 namespace,
@@ -142,12 +152,13 @@ class KubeApi:
                 )
             return answer["items"]
 
-        return await asyncio.to_thread(call)
+        return await in_thread(namespace or OPERATOR, call)
 
     async def create_session(self, body: dict[str, Any]) -> bool:
         """Create a session; False when one of that name exists already (a retried tick)."""
         try:
-            await asyncio.to_thread(
+            await in_thread(
+                body["metadata"]["namespace"],
                 self._custom.create_namespaced_custom_object,
                 GROUP,
                 VERSION,
@@ -164,7 +175,8 @@ class KubeApi:
 
     async def delete_session(self, namespace: str, name: str) -> None:
         try:
-            await asyncio.to_thread(
+            await in_thread(
+                namespace,
                 self._custom.delete_namespaced_custom_object,
                 GROUP,
                 VERSION,
@@ -180,7 +192,8 @@ class KubeApi:
     async def patch_schedule_status(
         self, namespace: str, name: str, status: dict[str, Any]
     ) -> None:
-        await asyncio.to_thread(
+        await in_thread(
+            namespace,
             self._custom.patch_namespaced_custom_object_status,
             GROUP,
             VERSION,
@@ -193,7 +206,8 @@ class KubeApi:
 
     async def get_session(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
-            return await asyncio.to_thread(
+            return await in_thread(
+                namespace,
                 self._custom.get_namespaced_custom_object,
                 GROUP,
                 VERSION,
@@ -209,7 +223,8 @@ class KubeApi:
 
     async def patch_session_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
         """Merge-patch the status subresource (lists such as conditions are replaced whole)."""
-        await asyncio.to_thread(
+        await in_thread(
+            namespace,
             self._custom.patch_namespaced_custom_object_status,
             GROUP,
             VERSION,
@@ -243,6 +258,10 @@ class KubeApi:
             "lastTimestamp": now,
             "count": 1,
         }
-        await asyncio.to_thread(
-            self._core.create_namespaced_event, meta["namespace"], event, **self._timeout
+        await in_thread(
+            meta["namespace"],
+            self._core.create_namespaced_event,
+            meta["namespace"],
+            event,
+            **self._timeout,
         )

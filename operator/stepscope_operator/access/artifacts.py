@@ -19,7 +19,6 @@ its history either. The endpoint is served over HTTPS only, since callers send b
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 from dataclasses import dataclass
@@ -44,6 +43,7 @@ from stepscope_operator.admission.tls import ServingCertificate
 from stepscope_operator.kubeapi import KubeApi, load_api_client
 from stepscope_operator.settings import OperatorSettings, SettingsError
 from stepscope_operator.storage.buckets import Buckets, connect_buckets, connect_reader_presigner
+from stepscope_operator.threads import in_thread
 
 logger = logging.getLogger(__name__)
 
@@ -136,7 +136,7 @@ class ArtifactAccess:
         # The current uid's folder only: a deleted predecessor's retained artifacts are not
         # this session's, even though it had the same name.
         prefix = session_prefix(self.settings.s3_prefix, namespace, name, uid)
-        listed = await asyncio.to_thread(self.buckets.list_keys, prefix)
+        listed = await in_thread(namespace, self.buckets.list_keys, prefix)
         seconds = self.settings.artifact_link_seconds
         # SigV4 dates a signature to the whole second (X-Amz-Date), and a link expires that
         # many seconds after it. Taken before signing and truncated the same way, the stated

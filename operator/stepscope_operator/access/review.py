@@ -15,7 +15,6 @@ it, and one sent to it is no use against the API server.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +23,7 @@ from kubernetes import client as k8s
 
 from stepscope.api.session import GROUP
 from stepscope_operator.kubeapi import SESSION_PLURAL
+from stepscope_operator.threads import OPERATOR, in_thread
 
 
 @dataclass(frozen=True)
@@ -99,7 +99,8 @@ class AccessReviews:
         self.audience = audience
 
     async def authenticate(self, token: str) -> Caller | None:
-        response = await asyncio.to_thread(
+        response = await in_thread(
+            OPERATOR,
             self._authentication.create_token_review,
             token_review(token, self.audience),
             _preload_content=False,
@@ -107,7 +108,8 @@ class AccessReviews:
         return caller_from_review(json.loads(response.data), self.audience)
 
     async def may_get_session(self, caller: Caller, namespace: str, name: str) -> Verdict:
-        response = await asyncio.to_thread(
+        response = await in_thread(
+            namespace,
             self._authorization.create_subject_access_review,
             session_get_review(caller, namespace, name),
             _preload_content=False,

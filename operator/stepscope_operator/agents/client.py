@@ -165,16 +165,16 @@ class AgentClient:
                 timing.sent_wall, timing.round_trip_s = sent_wall, time.monotonic() - sent
             try:
                 if status >= 400:
-                    text = await error_text(call, reply)
+                    text = await error_text(call, reply, self._namespace)
                     raise AgentError(
                         pod, f"{call} -> {status}: {text}", status, transient=status >= 500
                     )
-                return await parse_reply(call, reply, model)
+                return await parse_reply(call, reply, model, self._namespace)
             except ReplyRefused as exc:
                 raise AgentError(pod, str(exc), status) from exc
 
         try:
-            return await self._fan_out.run(attempt, _is_transient)
+            return await self._fan_out.run(self._namespace, attempt, _is_transient)
         except AgentError as exc:
             AGENT_CALL_FAILURES.labels(self._namespace, _call_name(method, path)).inc()
             if made < 2:

@@ -3,8 +3,9 @@
 A session at 1024 ranks probes, arms, polls and cancels 1024 agents. Opened all at once,
 those calls would exhaust the operator's sockets and file descriptors and turn a brief
 network hiccup into 1024 failures at the same instant. So every agent call waits for one
-of a fixed number of slots (shared by all sessions of the operator, so one large session
-cannot starve the others of more than its share of time), and a call that failed in a
+of a fixed number of slots, shared by all sessions of the operator and served to their
+namespaces in turn (`fair_share`): one namespace holds at most three quarters of them,
+so another tenant's call never waits behind a line of its calls. A call that failed in a
 way that may pass (refused or reset connection, timeout, a 5xx answer) is tried again
 after a randomised, growing pause. The jitter spreads the retries of many agents that
 failed together, so they do not all come back in the same millisecond. A refusal (4xx)
@@ -18,6 +19,8 @@ import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
+
+from stepscope_operator.fair_share import FairSlots, reserved_share
 
 Result = TypeVar("Result")
 
@@ -51,30 +54,37 @@ class RetryPolicy:
 
 
 class FanOut:
-    """A bound on in-flight calls plus the retry policy; one per operator."""
+    """A bound on in-flight calls, shared fairly by namespaces, plus the retry policy; one
+    per operator. `per_namespace` defaults to `reserved_share(max_in_flight)`."""
 
     def __init__(
-        self, max_in_flight: int, retry: RetryPolicy, rng: random.Random | None = None
+        self,
+        max_in_flight: int,
+        retry: RetryPolicy,
+        rng: random.Random | None = None,
+        per_namespace: int | None = None,
     ) -> None:
         if max_in_flight < 1:
             raise ValueError(f"max_in_flight must be at least 1, not {max_in_flight}")
         self.max_in_flight = max_in_flight
         self.retry = retry
-        self._slots = asyncio.Semaphore(max_in_flight)
+        self.slots = FairSlots(max_in_flight, per_namespace or reserved_share(max_in_flight))
         self._rng = rng or random.Random()
 
     async def run(
         self,
+        namespace: str,
         attempt: Callable[[], Awaitable[Result]],
         transient: Callable[[Exception], bool],
     ) -> Result:
         """`attempt()`'s result, trying again while it fails transiently. Each attempt
-        holds a slot only while it runs, not while it waits to retry. The last error is
-        raised as it is when it is not transient or the attempts are spent."""
+        holds one of `namespace`'s slots only while it runs, not while it waits to retry.
+        The last error is raised as it is when it is not transient or the attempts are
+        spent."""
         made = 0
         while True:
             made += 1
-            async with self._slots:
+            async with self.slots.slot(namespace):
                 try:
                     return await attempt()
                 except Exception as exc:

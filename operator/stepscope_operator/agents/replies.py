@@ -9,8 +9,11 @@ against the counts its wire model declares (`stepscope.api.bounds`, before pydan
 validates an item). 16 MiB of ``{"rank":0}`` used to cost 1.6 GB and 17 s of validation;
 it is now refused after one pass over its bytes.
 
-The parsing runs on a thread of its own (REPLY_PARSE_THREADS), never on the event loop,
-within REPLY_PARSE_BUDGET_S of starting. It also hands the GIL back often, since a thread
+The parsing runs on threads of its own, never on the event loop, within
+REPLY_PARSE_BUDGET_S of starting: one for replies up to SMALL_REPLY_BYTES, so an honest
+status never waits behind a megabyte reply, and one for larger replies. Each serves the
+namespaces in turn (`fair_share.FairPool`), so one tenant's line of replies puts at most
+one of them ahead of another tenant's. It also hands the GIL back often, since a thread
 that holds it stalls the loop as surely: ``json`` calls back into Python for every object, the
 items of a model's top-level lists (a capture's ranks, each with its summary) are
 validated one call each, and the cycle collector is paused while a parse runs (see
@@ -24,7 +27,6 @@ import gc
 import json
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar, get_args, get_origin
 
@@ -34,6 +36,7 @@ from stepscope.analysis.reading.trace_input import LimitExceeded, loads_bounded
 from stepscope.api import agent as wire
 from stepscope.api.bounds import CountExceeded, check_counts
 from stepscope.api.hang_dump import PodHangDumps
+from stepscope_operator.fair_share import FairPool
 
 Reply = TypeVar("Reply", bound=BaseModel)
 Result = TypeVar("Result")
@@ -68,36 +71,39 @@ REPLY_LIMITS: dict[type[BaseModel], ReplyLimits] = {
 }
 # A parse may hold what a reply at its limits builds: about 110 MB for 2**20 values of the
 # smallest objects, refused by the model's counts only once built. Parsing holds the GIL,
-# so a second thread would parse no faster and only double that; one thread bounds the
-# operator's memory whatever number of calls are in flight.
-REPLY_PARSE_THREADS = 1
+# so a second thread for large replies would parse no faster and only double that; one
+# bounds the operator's memory whatever number of calls are in flight. Replies up to
+# SMALL_REPLY_BYTES (every status, and a capture of a few ranks) build a few MB at most
+# and parse in milliseconds, on a thread of their own.
+SMALL_REPLY_BYTES = 64 * 1024
 # The largest honest reply (CAPTURE_REPLY at its limits) parses in under a second on one
 # core; past ten, a reply is given up on. The thread still finishes, within the limits.
 REPLY_PARSE_BUDGET_S = 10.0
 # How much of an agent's error text is kept in the AgentError (it ends up in status).
 MAX_ERROR_TEXT = 300
 
-_PARSERS = ThreadPoolExecutor(REPLY_PARSE_THREADS, thread_name_prefix="agent-reply")
+_SMALL_PARSER = FairPool("agent-reply-small")
+_LARGE_PARSER = FairPool("agent-reply-large")
 
 
 class ReplyRefused(Exception):
     """A reply broke a limit or the wire contract; the message says which, for people."""
 
 
-async def parse_reply(call: str, body: bytes, model: type[Reply]) -> Reply:
-    """`body` as `model`, parsed off the event loop within the budget; ReplyRefused says
-    why not."""
-    return await _off_the_loop(call, lambda: _parsed(call, body, model))
+async def parse_reply(call: str, body: bytes, model: type[Reply], namespace: str) -> Reply:
+    """`body` as `model`, parsed off the event loop within the budget, in `namespace`'s
+    turn; ReplyRefused says why not."""
+    return await _off_the_loop(call, len(body), namespace, lambda: _parsed(call, body, model))
 
 
-async def error_text(call: str, body: bytes) -> str:
+async def error_text(call: str, body: bytes, namespace: str) -> str:
     """The message of an error reply: its ``error`` field, or the start of its text."""
-    return await _off_the_loop(call, lambda: _error_text(body))
+    return await _off_the_loop(call, len(body), namespace, lambda: _error_text(body))
 
 
-async def _off_the_loop(call: str, work: Callable[[], Result]) -> Result:
-    """`work()` on the parse threads, timed from when a thread takes it up (a queue of
-    honest replies is not a slow reply)."""
+async def _off_the_loop(call: str, size: int, namespace: str, work: Callable[[], Result]) -> Result:
+    """`work()` on the parse thread for its size, in `namespace`'s turn, timed from when
+    the thread takes it up (a line of honest replies is not a slow reply)."""
     loop = asyncio.get_running_loop()
     started = asyncio.Event()
 
@@ -105,8 +111,14 @@ async def _off_the_loop(call: str, work: Callable[[], Result]) -> Result:
         loop.call_soon_threadsafe(started.set)
         return work()
 
-    parsed = loop.run_in_executor(_PARSERS, run)
-    await started.wait()
+    parser = _SMALL_PARSER if size <= SMALL_REPLY_BYTES else _LARGE_PARSER
+    submitted = parser.submit(namespace, run)
+    parsed = asyncio.wrap_future(submitted)
+    try:
+        await started.wait()
+    except asyncio.CancelledError:
+        submitted.cancel()  # not begun: never runs
+        raise
     try:
         return await asyncio.wait_for(parsed, REPLY_PARSE_BUDGET_S)
     except TimeoutError:

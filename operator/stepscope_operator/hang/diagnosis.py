@@ -27,6 +27,7 @@ from stepscope_operator.storage.grant_ledger import GrantLedger, GrantUse
 from stepscope_operator.storage.grants import post_grant
 from stepscope_operator.targets.pod_binding import PodBinding
 from stepscope_operator.targets.resolving import RankTarget
+from stepscope_operator.threads import computed, in_thread
 
 # A stored full dump may be at most this large; the agent's own bound is half of it
 # (JSON indentation adds the rest).
@@ -91,7 +92,7 @@ async def collect_dumps(
             for pod in pods
         }
 
-    requests = await asyncio.to_thread(sign_requests)
+    requests = await in_thread(client.namespace, sign_requests)
 
     async def ask(pod: str) -> PodHangDumps | str:
         try:
@@ -188,10 +189,10 @@ async def diagnose(
     )
     # The dumps are the tenant's: attribution is linear in them and they are bounded by the wire
     # model (ranks, groups, entries per rank), yet at those bounds it takes seconds of CPU, so it
-    # runs on a worker thread, where the event loop still gets the interpreter every switch
+    # runs on the compute thread, where the event loop still gets the interpreter every switch
     # interval, instead of holding every other session's calls for that long.
-    verdict = await asyncio.to_thread(attribute_hang, round_.dumps, placement_of(targets))
-    key, _ = await asyncio.to_thread(store_report, buckets, prefix, verdict, round_)
+    verdict = await computed(client.namespace, attribute_hang, round_.dumps, placement_of(targets))
+    key, _ = await in_thread(client.namespace, store_report, buckets, prefix, verdict, round_)
     return diagnosis_from_verdict(verdict, judgement, now, s3_uri(buckets.bucket, key)), round_
 
 

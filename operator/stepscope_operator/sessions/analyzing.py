@@ -40,6 +40,7 @@ from stepscope_operator.sessions.status import (
 from stepscope_operator.sessions.status_writer import StatusWriter
 from stepscope_operator.sessions.view import PersistedPlan, SessionView
 from stepscope_operator.settings import session_retention
+from stepscope_operator.threads import in_thread
 
 
 async def within_analysis_deadline(
@@ -79,8 +80,13 @@ async def collect_and_analyze(
         record.targets, observations, record.plan.start_step, record.plan.end_step
     )
     prefix = view.prefix(ctx.settings)
-    outcomes = await asyncio.to_thread(
-        enforce_rank_budgets, ctx.buckets, prefix, outcomes, ctx.settings.max_bytes_per_rank
+    outcomes = await in_thread(
+        view.namespace,
+        enforce_rank_budgets,
+        ctx.buckets,
+        prefix,
+        outcomes,
+        ctx.settings.max_bytes_per_rank,
     )
     ranks = tally_ranks(outcomes)
     window = (writer.status.window or StatusWindow()).model_copy(update={"end_time": ctx.now()})
@@ -88,7 +94,7 @@ async def collect_and_analyze(
     phase, reason, message = final_phase(ranks)
     captured = ((CAPTURED, "True" if ranks.captured else "False", reason, message),)
     if phase == Phase.FAILED:
-        await asyncio.to_thread(ctx.buckets.abort_incomplete_uploads, prefix)
+        await in_thread(view.namespace, ctx.buckets.abort_incomplete_uploads, prefix)
         await writer.enter(phase, reason, message, conditions=captured)
         return
     await writer.enter(
@@ -96,14 +102,16 @@ async def collect_and_analyze(
         Reason.MERGING,
         f"merging {ranks.captured + ranks.misaligned} rank summaries",
     )
-    summaries, notes = await asyncio.to_thread(gather_summaries, ctx.buckets, prefix, outcomes)
+    summaries, notes = await in_thread(
+        view.namespace, gather_summaries, ctx.buckets, prefix, outcomes
+    )
     retention = session_retention(view.spec.artifacts.retention, ctx.settings.default_retention)
     try:
         job = merge_job(summaries, record.targets)
-        await asyncio.to_thread(write_job_summary, ctx.buckets, prefix, job)
+        await in_thread(view.namespace, write_job_summary, ctx.buckets, prefix, job)
     except (MergeError, ValidationError) as exc:
         why = f"analysis failed: {exc}" + (f" ({'; '.join(notes)})" if notes else "")
-        await asyncio.to_thread(ctx.buckets.abort_incomplete_uploads, prefix)
+        await in_thread(view.namespace, ctx.buckets.abort_incomplete_uploads, prefix)
         await writer.enter(
             Phase.FAILED,
             Reason.ANALYSIS_FAILED,
@@ -140,9 +148,9 @@ async def collect_and_analyze(
         ctx.now(),
     )
     notes += rendered.notes
-    await asyncio.to_thread(ctx.buckets.abort_incomplete_uploads, prefix)
-    artifacts = await asyncio.to_thread(
-        publish_artifacts, ctx.buckets, prefix, ctx.now(), retention, rendered
+    await in_thread(view.namespace, ctx.buckets.abort_incomplete_uploads, prefix)
+    artifacts = await in_thread(
+        view.namespace, publish_artifacts, ctx.buckets, prefix, ctx.now(), retention, rendered
     )
     await writer.enter(
         phase,

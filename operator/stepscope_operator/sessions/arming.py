@@ -35,6 +35,7 @@ from stepscope_operator.sessions.view import PersistedPlan, SessionView, save_pl
 from stepscope_operator.storage.grant_ledger import GrantUse, grant_ledger
 from stepscope_operator.storage.grants import grant_lifetime
 from stepscope_operator.targets.resolving import group_by_pod
+from stepscope_operator.threads import in_thread
 
 
 async def arm_record(
@@ -61,7 +62,9 @@ async def arm_record(
     # Every pod's grants get this lifetime (pod_arming.arm_pod); recorded before any is signed.
     lifetime = grant_lifetime(record.capture_deadline, now, ctx.settings.grant_margin_seconds)
     ledger = grant_ledger(ctx.buckets, ctx.settings.s3_prefix, view.uid)
-    await asyncio.to_thread(ledger.record, GrantUse.CAPTURE, now + timedelta(seconds=lifetime))
+    await in_thread(
+        view.namespace, ledger.record, GrantUse.CAPTURE, now + timedelta(seconds=lifetime)
+    )
     started = time.monotonic()
     results = await asyncio.gather(
         *(
@@ -86,7 +89,7 @@ async def arm_record(
     for pod, result in zip(pods, results, strict=True):
         if isinstance(result, Exception):
             record.unreachable[pod] = f"arming failed: {result}"
-    await asyncio.to_thread(save_plan, ctx, view, record)
+    await in_thread(view.namespace, save_plan, ctx, view, record)
     armed = len(pods) - sum(isinstance(r, Exception) for r in results)
     if armed == 0:
         await writer.fail(
@@ -156,7 +159,7 @@ async def replan_missed_window(
         return None
     armed = [t for t in record.targets if t.pod not in record.unreachable]
     # Persisted before anything else, so a restarted operator resumes this window.
-    await asyncio.to_thread(save_plan, ctx, view, replanned)
+    await in_thread(view.namespace, save_plan, ctx, view, replanned)
     binding = await refresh_pods(ctx, view, armed)
     await cancel_captures(ctx.agents(view.namespace), binding.addresses, record.capture_id)
     await arm_record(ctx, view, writer, replanned)

@@ -13,7 +13,6 @@ that reason, since the folder is one the tenant's pods write to.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import Any
 
@@ -30,6 +29,7 @@ from stepscope_operator.sessions.comparing import (
     status_record,
 )
 from stepscope_operator.sessions.view import SessionView
+from stepscope_operator.threads import in_thread
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +85,7 @@ async def _summary_or_reason(
     ctx: OperatorContext, session: dict[str, Any]
 ) -> tuple[JobSummary | None, str]:
     try:
-        return await asyncio.to_thread(load_summary, ctx, session), ""
+        return await in_thread(session["metadata"]["namespace"], load_summary, ctx, session), ""
     except UnreadableSummary as why:
         return None, str(why)
 

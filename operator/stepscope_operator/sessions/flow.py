@@ -10,7 +10,6 @@ by `timeoutSeconds` before arming, by the capture deadline after it.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -54,6 +53,7 @@ from stepscope_operator.targets.resolving import (
     RankTarget,
     TooManyRanks,
 )
+from stepscope_operator.threads import in_thread
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +93,7 @@ async def drive_session(
     if writer.phase in (Phase.PENDING, Phase.PLANNING):
         record = await plan_and_arm(ctx, view, writer, stopped)
     else:
-        record = await asyncio.to_thread(load_plan, ctx, view)
+        record = await in_thread(view.namespace, load_plan, ctx, view)
         if record is None:
             await writer.fail(
                 Reason.PLAN_LOST, "the session's plan.json is gone from S3; cannot resume"
@@ -165,12 +165,12 @@ async def wait_for_turn(
 async def plan_and_arm(
     ctx: OperatorContext, view: SessionView, writer: StatusWriter, stopped: Any
 ) -> PersistedPlan | None:
-    record = await asyncio.to_thread(load_plan, ctx, view)
+    record = await in_thread(view.namespace, load_plan, ctx, view)
     if record is None:
         record = await make_plan(ctx, view, writer, stopped)
         if record is None:
             return None
-        await asyncio.to_thread(save_plan, ctx, view, record)
+        await in_thread(view.namespace, save_plan, ctx, view, record)
     await arm_record(ctx, view, writer, record)
     return record if writer.phase == Phase.ARMED else None
 
@@ -276,7 +276,7 @@ async def cleanup_session(ctx: OperatorContext, body: dict[str, Any], retain: bo
     prefix is cleaned again after they lapse. Returns what was done, for the log; a storage
     error is raised as it is (the finalizer retries)."""
     view = SessionView.from_body(body)
-    record = await asyncio.to_thread(load_plan, ctx, view)
+    record = await in_thread(view.namespace, load_plan, ctx, view)
     cancelled = {}
     if record is not None and not is_final(view.status.phase):
         binding = await refresh_pods(ctx, view, record.targets, announce=False)
@@ -285,11 +285,11 @@ async def cleanup_session(ctx: OperatorContext, body: dict[str, Any], retain: bo
         )
     ledger = grant_ledger(ctx.buckets, ctx.settings.s3_prefix, view.uid)
     if retain:
-        await asyncio.to_thread(ledger.drop)
+        await in_thread(view.namespace, ledger.drop)
         return f"cancelled {len(cancelled)} capture(s); artifacts retained"
     prefix = view.prefix(ctx.settings)
     last_grant = last_grant_lapses(
-        await asyncio.to_thread(ledger.latest),
+        await in_thread(view.namespace, ledger.latest),
         grants_expire_at(
             record.capture_deadline if record else None, ctx.settings.grant_margin_seconds
         ),
@@ -298,13 +298,18 @@ async def cleanup_session(ctx: OperatorContext, body: dict[str, Any], retain: bo
     if again is not None:
         # Recorded before deleting, so no moment exists where a late upload is unaccounted.
         pending = PendingDelete(prefix=prefix, after=again, ledger=ledger.key)
-        await asyncio.to_thread(
-            record_pending_delete, ctx.buckets, ctx.settings.s3_prefix, view.uid, pending
+        await in_thread(
+            view.namespace,
+            record_pending_delete,
+            ctx.buckets,
+            ctx.settings.s3_prefix,
+            view.uid,
+            pending,
         )
-    deleted = await asyncio.to_thread(ctx.buckets.delete_prefix, prefix)
+    deleted = await in_thread(view.namespace, ctx.buckets.delete_prefix, prefix)
     done = f"cancelled {len(cancelled)} capture(s); deleted {deleted} object(s)"
     if again is None:
-        await asyncio.to_thread(ledger.drop)
+        await in_thread(view.namespace, ledger.drop)
     else:
         done += f"; cleaned again after {again.isoformat()}, when its upload grants have lapsed"
     return done

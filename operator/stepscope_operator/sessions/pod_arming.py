@@ -21,6 +21,7 @@ from stepscope_operator.settings import OperatorSettings
 from stepscope_operator.storage.buckets import Buckets
 from stepscope_operator.storage.grants import create_rank_grants, grant_lifetime
 from stepscope_operator.targets.resolving import RankTarget
+from stepscope_operator.threads import in_thread
 
 
 def capture_id_for(name: str, uid: str) -> str:
@@ -92,7 +93,7 @@ async def arm_pod(
         return grants
 
     # Signing many grants is CPU work; keep it off the event loop.
-    grants = await asyncio.to_thread(grants_for_pod)
+    grants = await in_thread(client.namespace, grants_for_pod)
     request = build_capture_request(
         capture_id, plan, tier, deadline, pod_targets, grants, settings.max_bytes_per_rank
     )

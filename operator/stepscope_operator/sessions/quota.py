@@ -3,13 +3,12 @@ session starts (STEPSCOPE_NAMESPACE_QUOTA_BYTES; docs/security.md)."""
 
 from __future__ import annotations
 
-import asyncio
-
 from stepscope.api.phases import Reason
 from stepscope_operator.context import OperatorContext
 from stepscope_operator.sessions.status_writer import StatusWriter
 from stepscope_operator.sessions.view import SessionView
 from stepscope_operator.storage.retention import namespace_prefix
+from stepscope_operator.threads import in_thread
 
 
 async def within_quota(ctx: OperatorContext, view: SessionView, writer: StatusWriter) -> bool:
@@ -21,7 +20,7 @@ async def within_quota(ctx: OperatorContext, view: SessionView, writer: StatusWr
     if quota is None:
         return True
     prefix = namespace_prefix(ctx.settings.s3_prefix, view.namespace)
-    used = sum(size for _, size in await asyncio.to_thread(ctx.buckets.list_keys, prefix))
+    used = sum(size for _, size in await in_thread(view.namespace, ctx.buckets.list_keys, prefix))
     if used < quota:
         return True
     await writer.fail(

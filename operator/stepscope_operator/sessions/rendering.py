@@ -39,6 +39,7 @@ from stepscope_operator.settings import OperatorSettings
 from stepscope_operator.storage.buckets import Buckets
 from stepscope_operator.storage.grant_ledger import GrantUse, grant_ledger
 from stepscope_operator.storage.grants import get_url, grant_lifetime, post_grant
+from stepscope_operator.threads import in_thread
 
 log = logging.getLogger(__name__)
 
@@ -194,15 +195,15 @@ async def render_artifacts(
     """Run the session's analysis Job to its end and say what it left in storage.
 
     summary.json must be stored already: it is the Job's main input."""
-    sizes = await asyncio.to_thread(_trace_sizes, buckets, prefix, job)
+    sizes = await in_thread(session.namespace, _trace_sizes, buckets, prefix, job)
     selection = select_merge_ranks(job, sizes, settings.merged_trace_budget_bytes)
     name = analysis_job_name(session.name, session.uid)
     rendered = RenderedArtifacts(merged_ranks=selection.describe() if selection.chosen else None)
     try:
         # After an operator restart the Job may exist already: wait for it, do not replan it.
         if await kube.read_analysis_job(session.namespace, name) is None:
-            plan_url = await asyncio.to_thread(
-                _write_plan, buckets, settings, session, prefix, selection, now
+            plan_url = await in_thread(
+                session.namespace, _write_plan, buckets, settings, session, prefix, selection, now
             )
             await kube.create_analysis_job(
                 build_analysis_job(settings, session.namespace, session.name, session.uid, plan_url)
@@ -221,12 +222,12 @@ async def render_artifacts(
             "(STEPSCOPE_ANALYSIS_JOB_DEADLINE_SECONDS); it was stopped"
         )
         return _missing(rendered, Reason.ANALYSIS_JOB_TIMED_OUT, why)
-    result, unreadable = await asyncio.to_thread(_read_result, buckets, prefix)
+    result, unreadable = await in_thread(session.namespace, _read_result, buckets, prefix)
     if unreadable:
         rendered.notes.append(unreadable)
     if result is not None:
         rendered.notes += [f"analysis Job: {note}" for note in result.notes[:MAX_RESULT_NOTES]]
-    stored = {key for key, _ in await asyncio.to_thread(buckets.list_keys, prefix)}
+    stored = {key for key, _ in await in_thread(session.namespace, buckets.list_keys, prefix)}
     rendered.report = session_key(prefix, SessionArtifact.REPORT) in stored
     rendered.merged_trace = session_key(prefix, SessionArtifact.MERGED_TRACE) in stored
     state, why = outcome

@@ -3,7 +3,6 @@ expiry, and an Event on each phase change."""
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -25,6 +24,7 @@ from stepscope_operator.sessions.view import SessionView, load_plan
 from stepscope_operator.settings import session_retention
 from stepscope_operator.storage.grant_ledger import grant_ledger, last_grant_lapses
 from stepscope_operator.storage.retention import final_artifacts, grants_expire_at
+from stepscope_operator.threads import in_thread
 
 
 @dataclass
@@ -107,9 +107,13 @@ class StatusWriter:
         prefix = self.view.prefix(settings)
         ledger = grant_ledger(self.ctx.buckets, settings.s3_prefix, self.view.uid)
         try:
-            stored = await asyncio.to_thread(self.ctx.buckets.list_keys, prefix)
-            record = await asyncio.to_thread(load_plan, self.ctx, self.view) if stored else None
-            issued = await asyncio.to_thread(ledger.latest)
+            stored = await in_thread(self.view.namespace, self.ctx.buckets.list_keys, prefix)
+            record = (
+                await in_thread(self.view.namespace, load_plan, self.ctx, self.view)
+                if stored
+                else None
+            )
+            issued = await in_thread(self.view.namespace, ledger.latest)
         except (BotoCoreError, ClientError):
             # Storage trouble must not block the final write; the expiry timer reads the
             # ledger again before it deletes anything.

@@ -14,7 +14,9 @@ idle operator, to measure its usual time, then again while A attacks.
 The attack runs once for the module; each test checks one promise: B's session reaches
 Succeeded within its usual time plus the slack of a shared two-core runner; the
 operator's peak RSS (VmHWM) stays under the chart's memory limit; its event loop is never
-held for more than a second while A attacks (its own lag metric, `metrics.watch_loop_lag`);
+held for more than a second while A attacks (its own held-lag metric,
+`metrics.watch_loop_lag`: how late the loop woke, at most the CPU time the operator used
+meanwhile, so a runner whose cores other tests hold does not count as the operator's stall);
 and every session of A ends, its status naming its hostile pod beside the bound its reply
 broke (the words of the client's refusal, which test_hostile_agent_replies.py checks for
 every case directly). A cancel's answer changes nothing a status says, so a session whose
@@ -92,6 +94,8 @@ class Attack:
     memory: dict[str, int]
     lag_idle: LagSample
     lag: LagSample
+    held_idle: LagSample
+    held: LagSample
 
 
 def _namespace(local_cluster) -> str:
@@ -150,6 +154,7 @@ def attack(local_cluster, session_crds, pod_runner, tmp_path_factory) -> Iterato
         usual_s, phase = _ends_in(local_cluster, victim, "b-idle", 120)
         assert phase == Phase.SUCCEEDED, get_session(local_cluster, victim, "b-idle")["status"]
         idle_memory, lag_idle = memory_of(operator.pid), scrape_lag(metrics)
+        held_idle = scrape_lag(metrics, held=True)
         attacked = time.monotonic()
         _apply(local_cluster, *(s.manifest for s in tenant.sessions))
         under_attack_s, under_attack_phase = _ends_in(local_cluster, victim, "b-attacked", 120)
@@ -164,6 +169,8 @@ def attack(local_cluster, session_crds, pod_runner, tmp_path_factory) -> Iterato
             memory_of(operator.pid),
             lag_idle,
             scrape_lag(metrics),
+            held_idle,
+            scrape_lag(metrics, held=True),
         )
     finally:
         operator.stop()
@@ -183,7 +190,8 @@ def attack(local_cluster, session_crds, pod_runner, tmp_path_factory) -> Iterato
         f"({found.under_attack_phase}); operator "
         f"peak RSS {found.idle_memory['VmHWM'] / 2**20:.0f} MiB idle, "
         f"{found.memory['VmHWM'] / 2**20:.0f} MiB under attack; event-loop lag max "
-        f"{found.lag_idle.max_s:.3f}s idle, {found.lag.max_s:.3f}s overall"
+        f"{found.lag_idle.max_s:.3f}s idle, {found.lag.max_s:.3f}s overall, held "
+        f"{found.held_idle.max_s:.3f}s idle, {found.held.max_s:.3f}s overall"
     )
     yield found
     for namespace in (attacker, victim):
@@ -203,12 +211,13 @@ def test_the_operator_stays_under_its_memory_limit(attack):
 
 def test_the_event_loop_is_never_held_past_a_second(attack):
     """Over the attack (from the end of the idle run to the last hostile session's end),
-    no wake-up of the lag watch came more than a second late."""
-    during = attack.lag.since(attack.lag_idle)
+    no wake-up of the lag watch came more than a second late for the operator's own work."""
+    during = attack.held.since(attack.held_idle)
     late = late_wakeups(during, MAX_LOOP_LAG_S)
     assert late == 0, (
-        f"{late:.0f} wake-up(s) came more than {MAX_LOOP_LAG_S}s late, within "
-        f"{longest_lag_bound(during)}s; the longest lag since the start was {attack.lag.max_s:.2f}s"
+        f"{late:.0f} wake-up(s) were held more than {MAX_LOOP_LAG_S}s, within "
+        f"{longest_lag_bound(during)}s; the longest held lag since the start was "
+        f"{attack.held.max_s:.2f}s, the longest lag {attack.lag.max_s:.2f}s"
     )
 
 

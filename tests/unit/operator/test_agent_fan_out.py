@@ -19,6 +19,7 @@ from aiohttp import web
 from stepscope_operator.agents.client import AgentAddress, AgentClient, AgentError
 from stepscope_operator.agents.fanout import FanOut, RetryPolicy
 from stepscope_operator.agents.signing import AgentKeyring
+from stepscope_operator.fair_share import reserved_share
 from stepscope_operator.sessions.arming import describe_unreachable
 from stepscope_operator.sessions.capturing import observe
 from stepscope_operator.sessions.following import PodObservation, only_silent_pending, poll_captures
@@ -79,8 +80,8 @@ class Agents:
         self.http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
         return self
 
-    def client(self, fan_out: FanOut, timeout_s: float = 5.0) -> AgentClient:
-        return AgentClient(self.http, KEYRING, "ns", self.port, timeout_s, fan_out)
+    def client(self, fan_out: FanOut, timeout_s: float = 5.0, namespace: str = "ns") -> AgentClient:
+        return AgentClient(self.http, KEYRING, namespace, self.port, timeout_s, fan_out)
 
     async def __aexit__(self, *exc: object) -> None:
         await self.http.close()
@@ -211,26 +212,60 @@ FILL_DEADLINE_S = 60.0
 def test_no_more_calls_are_in_flight_than_the_bound_and_all_complete():
     """The bound is reached by design, not by timing: the agent holds every call until
     BOUND calls are inside at once (a fan-out that let fewer in would time out here and
-    fail), and then holds each a little, so a fan-out that let more in would show it."""
+    fail), and then holds each a little, so a fan-out that let more in would show it. Two
+    namespaces call at once, since one alone may hold only its share."""
     full = asyncio.Event()
+    held_by_one = []
 
     async def hold_until_full(agents: Agents, request: web.Request) -> web.StreamResponse:
         if agents.in_flight >= BOUND:
+            full.set()
+        held_by_one.append(fan_out.slots.held("ns-a"))
+        await asyncio.wait_for(full.wait(), FILL_DEADLINE_S)
+        await asyncio.sleep(0.05)
+        return web.json_response(_status("p"))
+
+    fan_out = FanOut(BOUND, FAST_RETRIES)
+
+    async def run() -> tuple[Agents, list[dict]]:
+        async with Agents(hold_until_full) as agents:
+            timeout_s = FILL_DEADLINE_S * 2
+            return agents, await asyncio.gather(
+                *(
+                    probe_agents(
+                        agents.client(fan_out, timeout_s, namespace),
+                        {f"{namespace}-{n}": _agent(f"{namespace}-{n}") for n in range(100)},
+                    )
+                    for namespace in ("ns-a", "ns-b")
+                )
+            )
+
+    agents, probes = asyncio.run(run())
+    assert [len(p) for p in probes] == [100, 100]
+    assert all(p.ok for each in probes for p in each.values())
+    assert agents.calls == 200
+    assert agents.most_in_flight == BOUND  # reached, never passed
+    assert max(held_by_one) == reserved_share(BOUND) < BOUND
+
+
+def test_one_namespace_alone_fills_its_share_of_the_bound_and_no_more():
+    full = asyncio.Event()
+    share = reserved_share(BOUND)
+
+    async def hold_until_share(agents: Agents, request: web.Request) -> web.StreamResponse:
+        if agents.in_flight >= share:
             full.set()
         await asyncio.wait_for(full.wait(), FILL_DEADLINE_S)
         await asyncio.sleep(0.05)
         return web.json_response(_status("p"))
 
-    async def run() -> tuple[Agents, dict]:
-        async with Agents(hold_until_full) as agents:
-            pods = {f"ddp-worker-{n}": _agent(f"ddp-worker-{n}") for n in range(200)}
-            client = agents.client(FanOut(BOUND, FAST_RETRIES), timeout_s=FILL_DEADLINE_S * 2)
-            return agents, await probe_agents(client, pods)
+    async def run() -> Agents:
+        async with Agents(hold_until_share) as agents:
+            pods = {f"w-{n}": _agent(f"w-{n}") for n in range(60)}
+            await probe_agents(agents.client(FanOut(BOUND, FAST_RETRIES), FILL_DEADLINE_S), pods)
+            return agents
 
-    agents, probes = asyncio.run(run())
-    assert len(probes) == 200 and all(p.ok for p in probes.values())
-    assert agents.calls == 200
-    assert agents.most_in_flight == BOUND  # reached, never passed
+    assert asyncio.run(run()).most_in_flight == share
 
 
 # Doubles hold epoch seconds to about 0.24 us; an offset and back may round by that much.
@@ -283,7 +318,7 @@ def test_the_bound_is_shared_by_every_client_of_one_fan_out():
             shared = FanOut(5, FAST_RETRIES)
             pods = {f"w-{n}": _agent(f"w-{n}") for n in range(40)}
             await asyncio.gather(
-                probe_agents(agents.client(shared), pods), probe_agents(agents.client(shared), pods)
+                *(probe_agents(agents.client(shared, namespace=ns), pods) for ns in ("a", "b"))
             )
             return agents
 

@@ -25,6 +25,8 @@ class FormSigner:
 class DumpingAgents:
     """Answers every hang-dump call with an empty dump, noting whom it was asked for."""
 
+    namespace = "team-a"
+
     def __init__(self) -> None:
         self.asked: list[tuple[AgentAddress, HangDumpRequest]] = []
 
