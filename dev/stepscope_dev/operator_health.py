@@ -9,6 +9,7 @@ operator's own measurement (`stepscope_operator.metrics.watch_loop_lag`), scrape
 
 from __future__ import annotations
 
+import os
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,12 @@ def chart_memory_limit() -> int:
     """The operator container's memory limit in the chart's defaults, in bytes."""
     values = yaml.safe_load(CHART_VALUES.read_text())
     return memory_bytes(values["operator"]["resources"]["limits"]["memory"])
+
+
+def cpu_seconds_of(pid: int) -> float:
+    """The CPU time process `pid` has used, user and system, in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def memory_of(pid: int) -> dict[str, int]:

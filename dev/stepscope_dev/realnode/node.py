@@ -18,6 +18,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import secrets
+import shutil
 import subprocess
 import time
 from dataclasses import dataclass
@@ -283,6 +284,10 @@ def stop_real_node(cluster: Any) -> list[str]:
         left += kubelet.remove_cgroup_root(state["cgroup_root"])
     if state.get("bridge"):
         network.delete_bridge(state["bridge"])
+    if not left and not _mounts_under(node_dir(cluster)):
+        # The images' content and unpacked snapshots, gigabytes a node that nothing reads once
+        # it stopped (its logs stay): a test run starts six nodes.
+        shutil.rmtree(paths.root, ignore_errors=True)
     cluster.real_node = {}
     cluster.save()
     return left

@@ -30,6 +30,7 @@ a 15 s grace); the whole module takes about two minutes.
 from __future__ import annotations
 
 import json
+import os
 import time
 import uuid
 from collections.abc import Iterator
@@ -50,6 +51,7 @@ from stepscope_dev.hostile.tenant import (
 from stepscope_dev.operator_health import (
     LagSample,
     chart_memory_limit,
+    cpu_seconds_of,
     late_wakeups,
     longest_lag_bound,
     memory_of,
@@ -96,6 +98,9 @@ class Attack:
     lag: LagSample
     held_idle: LagSample
     held: LagSample
+    # The operator's CPU seconds over the idle run and from then to the attack's end.
+    cpu_idle_s: float
+    cpu_attack_s: float
 
 
 def _namespace(local_cluster) -> str:
@@ -151,10 +156,11 @@ def attack(local_cluster, session_crds, pod_runner, tmp_path_factory) -> Iterato
     operator.start()
     metrics = f"http://127.0.0.1:{env[ENV['metrics_port']]}/metrics"
     try:
+        cpu_start = cpu_seconds_of(operator.pid)
         usual_s, phase = _ends_in(local_cluster, victim, "b-idle", 120)
         assert phase == Phase.SUCCEEDED, get_session(local_cluster, victim, "b-idle")["status"]
         idle_memory, lag_idle = memory_of(operator.pid), scrape_lag(metrics)
-        held_idle = scrape_lag(metrics, held=True)
+        held_idle, cpu_idle = scrape_lag(metrics, held=True), cpu_seconds_of(operator.pid)
         attacked = time.monotonic()
         _apply(local_cluster, *(s.manifest for s in tenant.sessions))
         under_attack_s, under_attack_phase = _ends_in(local_cluster, victim, "b-attacked", 120)
@@ -171,6 +177,8 @@ def attack(local_cluster, session_crds, pod_runner, tmp_path_factory) -> Iterato
             scrape_lag(metrics),
             held_idle,
             scrape_lag(metrics, held=True),
+            cpu_idle - cpu_start,
+            cpu_seconds_of(operator.pid) - cpu_idle,
         )
     finally:
         operator.stop()
@@ -191,7 +199,9 @@ def attack(local_cluster, session_crds, pod_runner, tmp_path_factory) -> Iterato
         f"peak RSS {found.idle_memory['VmHWM'] / 2**20:.0f} MiB idle, "
         f"{found.memory['VmHWM'] / 2**20:.0f} MiB under attack; event-loop lag max "
         f"{found.lag_idle.max_s:.3f}s idle, {found.lag.max_s:.3f}s overall, held "
-        f"{found.held_idle.max_s:.3f}s idle, {found.held.max_s:.3f}s overall"
+        f"{found.held_idle.max_s:.3f}s idle, {found.held.max_s:.3f}s overall; operator CPU "
+        f"{found.cpu_idle_s:.1f}s over the idle run, {found.cpu_attack_s:.1f}s over the attack; "
+        f"load average {os.getloadavg()[0]:.1f}"
     )
     yield found
     for namespace in (attacker, victim):
