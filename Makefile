@@ -75,6 +75,7 @@ gpu-check: venv
 # plane for the moment it takes); tests/integration/api/test_readme_describe.py checks it.
 docs-examples: venv binaries
 	$(PY) -m stepscope_dev.describe_example
+	$(PY) -m stepscope_dev.hang_example
 	$(PY) -m stepscope_dev.diff_example
 
 lint: venv

@@ -137,11 +137,11 @@ def _path_of(lines: Sequence[str]) -> list[tuple[str, ...]]:
     return paths
 
 
-def excerpt(lines: Sequence[str]) -> list[str]:
+def excerpt(lines: Sequence[str], kept_paths: Sequence[tuple[str, ...]] = KEPT) -> list[str]:
     """The README's excerpt of describe output: kept paths, their headers, and "..." between."""
     out: list[str] = []
     for line, path in zip(lines, _path_of(lines), strict=True):
-        kept = any(path[: len(k)] == k or k[: len(path)] == path for k in KEPT)
+        kept = any(path[: len(k)] == k or k[: len(path)] == path for k in kept_paths)
         if kept:
             out.append(line.rstrip())
         elif not out or out[-1] != ELISION:
@@ -164,10 +164,16 @@ def with_block(text: str, lines: Sequence[str], name: str) -> str:
 def describe_lines(cluster: Any, namespace: str) -> list[str]:
     """Create the example session in ``namespace``, write the derived status through the status
     subresource, and return what real `kubectl describe` prints, namespace as in the README."""
-    session = example_session()
+    return described(cluster, namespace, example_session(), derive_status())
+
+
+def described(
+    cluster: Any, namespace: str, session: dict[str, Any], status: ProfileSessionStatus
+) -> list[str]:
+    """What real `kubectl describe` prints for ``session`` created in ``namespace`` with
+    ``status`` written through the status subresource; the namespace printed as NAMESPACE."""
     name = session["metadata"]["name"]
     cluster.kubectl("create", "-n", namespace, "-f", "-", input=json.dumps(session))
-    status = {"status": derive_status().to_wire()}
     cluster.kubectl(
         "patch",
         "profilesession",
@@ -177,7 +183,7 @@ def describe_lines(cluster: Any, namespace: str) -> list[str]:
         "--subresource=status",
         "--type=merge",
         "-p",
-        json.dumps(status),
+        json.dumps({"status": status.to_wire()}),
     )
     printed = cluster.kubectl("describe", "profilesession", name, "-n", namespace).stdout
     return [line.rstrip().replace(namespace, NAMESPACE) for line in printed.splitlines()]

@@ -53,7 +53,7 @@ def test_both_crds_are_established(crds_installed) -> None:
 
 
 def test_examples_apply_server_side_with_defaults(crds_installed, namespace) -> None:
-    for example in ("profilesession.yaml", "profileschedule.yaml"):
+    for example in ("profilesession.yaml", "profileschedule.yaml", "hangcheck.yaml"):
         applied = crds_installed.kubectl(
             "apply", "--server-side", "-n", namespace, "-f", str(EXAMPLES / example)
         )
@@ -65,6 +65,14 @@ def test_examples_apply_server_side_with_defaults(crds_installed, namespace) -> 
         ).stdout
     )
     session = ProfileSession.model_validate(stored)
+    hang_check = ProfileSession.model_validate(
+        json.loads(
+            crds_installed.kubectl(
+                "get", "profilesession", "hung-check", "-n", namespace, "-o", "json"
+            ).stdout
+        )
+    )
+    assert hang_check.spec.mode == "hang-check" and hang_check.spec.target.pytorch_job == "hung"
     assert session.spec.target.pytorch_job == "ddp-demo"
     assert session.spec.window.steps == 5
     assert session.spec.target.ranks == "all"
@@ -85,6 +93,7 @@ def test_examples_apply_server_side_with_defaults(crds_installed, namespace) -> 
     listed = crds_installed.kubectl("get", "stepscope", "-n", namespace, "-o", "name").stdout
     assert set(listed.split()) == {
         "profilesession.stepscope.dev/ddp-demo-profile",
+        "profilesession.stepscope.dev/hung-check",
         "profileschedule.stepscope.dev/ddp-demo-baseline",
     }
 
