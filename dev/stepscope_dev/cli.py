@@ -133,7 +133,10 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="stepscope dev", description="Local control plane for tests and the demo."
+        prog="stepscope dev",
+        description="For contributors to stepscope, not part of the product: builds Kubernetes "
+        "and the training operators from source and starts a local control plane (the real node "
+        "needs root) for the tests and the demo.",
     )
     parser.add_argument(
         "--instance",

@@ -20,13 +20,29 @@ from stepscope.analysis.model.job_summary import JobSummary
 from stepscope.analysis.model.rank_summary import Breakdown, RankSummary
 from stepscope.analysis.rank.summary import summarize_rank
 from stepscope.analysis.reading.reader import TraceReadError
-from stepscope.analysis.reading.trace_sources import TraceSource, find_sources
+from stepscope.analysis.reading.trace_sources import (
+    DEFAULT_S3_REGION,
+    S3_ENDPOINT_ENV,
+    S3_REGION_ENV,
+    TraceSource,
+    find_sources,
+)
 from stepscope.analysis.reports.html import render_report
 from stepscope.analysis.reports.merged_trace import write_merged_trace
+from stepscope.cli.inputs import (
+    CREDENTIAL_ENVS,
+    INPUT_ERROR_EXIT,
+    InputError,
+    check_input,
+    os_error_message,
+    reading_s3,
+)
 from stepscope.hang.offline import cmd_analyze_hangs, holds_hang_dumps
 from stepscope.storage import SessionArtifact
 
 TOP_FINDINGS = 5
+# Past this many ranks the console leaves the per-rank rows out unless --ranks asks for them.
+MAX_RANK_ROWS = 16
 
 
 class NoReadableTraceError(Exception):
@@ -42,17 +58,58 @@ def _summarize(source: TraceSource) -> RankSummary:
 def _placement(path: Path | None) -> dict[int, tuple[str, str]] | None:
     if path is None:
         return None
-    raw = json.loads(path.read_text())
+    expected = '{"<rank>": {"pod": ..., "node": ...}}'
+    try:
+        raw = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        reason = (getattr(error, "strerror", None) or str(error)).lower()
+        raise ValueError(f"--placement {path}: {reason}; pass a JSON file {expected}") from error
     try:
         return {int(rank): (where.get("pod", ""), where["node"]) for rank, where in raw.items()}
     except (KeyError, AttributeError, ValueError) as error:
-        raise ValueError(
-            f'--placement {path}: expected {{"<rank>": {{"pod": ..., "node": ...}}}}'
-        ) from error
+        raise ValueError(f"--placement {path}: expected {expected}") from error
 
 
-def format_table(job: JobSummary) -> str:
-    """The console view: ranks, straggler and the top findings."""
+def verdict_lines(job: JobSummary) -> list[str]:
+    """The verdict (bottleneck, straggler, median step, lateness) and how well ranks aligned."""
+    straggler = "none"
+    if job.straggler:
+        straggler = (
+            f"rank {job.straggler.rank} (+{job.straggler.excess_ms:.1f} ms, "
+            f"p {job.straggler.p_value:.2g})"
+        )
+    bottleneck = job.bottleneck
+    if job.bottleneck_reason:
+        bottleneck += f" ({job.bottleneck_reason})"
+    lines = [
+        f"verdict: bottleneck: {bottleneck}; straggler: {straggler}; median step "
+        f"{job.median_step_ms:.2f} ms; lateness: {job.lateness_pattern.value}"
+    ]
+    if job.alignment:
+        lines.append(
+            f"aligned on {job.alignment.matched_collectives} collectives, residual "
+            f"median {job.alignment.residual_median_abs_us:.0f} us"
+        )
+    return lines
+
+
+def finding_lines(job: JobSummary) -> list[str]:
+    """The top findings, each with its evidence and recommendation."""
+    lines = []
+    for finding in job.findings[:TOP_FINDINGS]:
+        lines.append(
+            f"[{finding.severity.value.upper()}] {finding.title} ({finding.id}, "
+            f"confidence {finding.confidence:.2f})"
+        )
+        lines.append(f"    {finding.evidence.text}")
+        lines.append(f"    -> {finding.recommendation}")
+    if not job.findings:
+        lines.append("No findings: nothing stands out.")
+    return lines
+
+
+def rank_lines(job: JobSummary) -> list[str]:
+    """One row per rank: its step time, breakdown, overlap and arrival lag."""
     arrivals = {a.rank: a for a in job.arrivals}
     labels = [c.removesuffix("_ms").replace("comm_exposed", "comm") for c in Breakdown.CATEGORIES]
     header = f"{'rank':>5} {'step ms':>9} " + " ".join(f"{x[:9] + '%':>10}" for x in labels)
@@ -63,35 +120,24 @@ def format_table(job: JobSummary) -> str:
         lag = f"{arrival.median_lag_ms:>8.2f} {arrival.p_value:>7.2g}" if arrival else ""
         overlap = breakdown.percent("comm_overlapped_ms")
         lines.append(f"{rank:>5} {breakdown.total_ms:>9.2f} {cells} {overlap:>9.1f} {lag}")
-    lines.append("")
-    straggler = "none"
-    if job.straggler:
-        straggler = (
-            f"rank {job.straggler.rank} (+{job.straggler.excess_ms:.1f} ms, "
-            f"p {job.straggler.p_value:.2g})"
-        )
-    bottleneck = job.bottleneck
-    if job.bottleneck_reason:
-        bottleneck += f" ({job.bottleneck_reason})"
-    lines.append(
-        f"median step {job.median_step_ms:.2f} ms; bottleneck: {bottleneck}; straggler: {straggler}"
-        f"; lateness: {job.lateness_pattern.value}"
-    )
-    if job.alignment:
+    return lines
+
+
+def format_table(job: JobSummary, all_ranks: bool = False) -> str:
+    """The console view: the verdict first, then the top findings, then the rank rows.
+
+    The rows are printed for at most `MAX_RANK_ROWS` ranks unless `all_ranks`; past that,
+    one line says how many were left out, so at 1024 ranks the verdict stays on screen.
+    """
+    lines = [*verdict_lines(job), "", *finding_lines(job), ""]
+    ranks = len(job.rank_breakdowns)
+    if all_ranks or ranks <= MAX_RANK_ROWS:
+        lines += rank_lines(job)
+    else:
         lines.append(
-            f"aligned on {job.alignment.matched_collectives} collectives, residual "
-            f"median {job.alignment.residual_median_abs_us:.0f} us"
+            f"{ranks} rank rows left out (more than {MAX_RANK_ROWS} ranks); --ranks prints "
+            "them, summary.json holds every rank"
         )
-    lines.append("")
-    for finding in job.findings[:TOP_FINDINGS]:
-        lines.append(
-            f"[{finding.severity.value.upper()}] {finding.title} ({finding.id}, "
-            f"confidence {finding.confidence:.2f})"
-        )
-        lines.append(f"    {finding.evidence.text}")
-        lines.append(f"    -> {finding.recommendation}")
-    if not job.findings:
-        lines.append("No findings: nothing stands out.")
     return "\n".join(lines)
 
 
@@ -124,6 +170,8 @@ def analyze(
     A folder normally holds one job; when it mixes traces of several (repeated
     ranks, different world sizes), each job gets its own subfolder of `out_dir`.
     """
+    # The placement is read first: a typo in it must not cost the summaries of every rank.
+    where = _placement(placement)
     sources = find_sources(path, exclude=out_dir)
     summarised, failures = [], []
     for source in sources:
@@ -140,7 +188,6 @@ def analyze(
         raise NoReadableTraceError(f"none of the {len(failures)} traces under {path} is readable")
     source_of = {id(summary): source for source, summary in summarised}
     jobs = split_into_jobs([summary for _, summary in summarised])
-    where = _placement(placement)
     results = []
     for summaries in jobs:
         job_dir = out_dir if len(jobs) == 1 else out_dir / _job_dir_name(summaries)
@@ -153,41 +200,87 @@ def analyze(
     return results
 
 
+ACCEPTED = "a folder of per-rank traces, one trace file, or s3://BUCKET/PREFIX"
+DESCRIPTION = f"""\
+Summarise per-rank PyTorch profiler traces, merge them into one job and print the
+verdict first: bottleneck, straggler, median step, then the top findings. Writes
+summary.json, report.html and merged.trace.json.gz into --out. A folder of hang dumps
+gets the hang verdict instead.
+
+A trace's rank comes from rank<N> in its path (rank-3/trace.json.gz, worker_rank3.json.gz,
+rank_12.pt.trace.json), else from the trace itself. The per-rank rows are printed for at
+most {MAX_RANK_ROWS} ranks; pass --ranks to print them for more.
+
+s3:// inputs are read with boto3, configured by the environment:
+  {CREDENTIAL_ENVS}
+      the credentials (or AWS_PROFILE, or any other source boto3 reads)
+  {S3_ENDPOINT_ENV}
+      URL of an S3-compatible server such as MinIO (unset: AWS S3)
+  {S3_REGION_ENV}
+      the bucket's region (default {DEFAULT_S3_REGION})"""
+EXAMPLES = """\
+examples:
+  stepscope analyze ./traces                        # rank-0.json.gz, rank-1.json.gz, ...
+  stepscope analyze ./traces --out ./report --ranks # every rank's row, however many
+  stepscope analyze ./hang-dumps                    # why a job hangs
+  AWS_ACCESS_KEY_ID=... AWS_SECRET_ACCESS_KEY=... STEPSCOPE_S3_ENDPOINT=https://minio:9000 \\
+    stepscope analyze s3://traces/default/llama-ft/uid/"""
+
+
 def cmd_analyze(args: argparse.Namespace) -> int:
     out_dir = args.out or Path("stepscope-analysis")
-    if holds_hang_dumps(args.path):
-        return cmd_analyze_hangs(args.path, out_dir)
     try:
-        results = analyze(args.path, out_dir, args.placement)
+        check_input(args.path, ACCEPTED)
+        if out_dir.exists() and not out_dir.is_dir():
+            raise InputError(f"--out {out_dir}: is a file; pass a folder for the outputs")
+        if holds_hang_dumps(args.path):
+            return cmd_analyze_hangs(args.path, out_dir)
+        with reading_s3(args.path):
+            results = analyze(args.path, out_dir, args.placement)
     except (
         MergeError,
         TraceReadError,
         NoReadableTraceError,
         ValueError,
-        FileNotFoundError,
+        RuntimeError,
     ) as error:
         print(f"stepscope analyze: {error}", file=sys.stderr)
-        return 2
+        return INPUT_ERROR_EXIT
+    except OSError as error:
+        print(f"stepscope analyze: {os_error_message(error)}", file=sys.stderr)
+        return INPUT_ERROR_EXIT
     for job_dir, job in results:
         if len(results) > 1:
-            print(f"\n=== {job_dir.name}: ranks {[s.rank for s in job.ranks]}")
-        print(format_table(job))
+            ranks = [s.rank for s in job.ranks]
+            listed = f": ranks {ranks}" if len(ranks) <= MAX_RANK_ROWS else ""
+            print(f"\n=== {job_dir.name}, {len(ranks)} ranks{listed}")
+        print(format_table(job, all_ranks=args.ranks))
         print(f"\nwrote {job_dir}/{{summary.json,report.html,merged.trace.json.gz}}")
     return 0
 
 
 def add_analyze_command(commands: argparse._SubParsersAction) -> None:
     analyze_cmd = commands.add_parser(
-        "analyze", help="analyse per-rank traces: table, summary.json, report.html, merged trace"
+        "analyze",
+        help="analyse per-rank traces: verdict, summary.json, report.html, merged trace",
+        description=DESCRIPTION,
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     analyze_cmd.add_argument(
         "path",
-        help="directory of per-rank traces or of hang dumps (a hang verdict), or s3://bucket/prefix",
+        help="folder of per-rank traces or of hang dumps (a hang verdict), one trace file, "
+        "or s3://bucket/prefix",
     )
     analyze_cmd.add_argument(
         "--out", type=Path, help="output directory (default ./stepscope-analysis)"
     )
     analyze_cmd.add_argument(
         "--placement", type=Path, help='JSON {"<rank>": {"pod": ..., "node": ...}} for slow nodes'
+    )
+    analyze_cmd.add_argument(
+        "--ranks",
+        action="store_true",
+        help=f"print every rank's row (by default only for at most {MAX_RANK_ROWS} ranks)",
     )
     analyze_cmd.set_defaults(handler=cmd_analyze)

@@ -29,12 +29,32 @@ from stepscope.artifact_reader import (
 from stepscope.storage import SessionArtifact
 
 OPENABLE = {"report": SessionArtifact.REPORT.value, "trace": SessionArtifact.MERGED_TRACE.value}
+DESCRIPTION = f"""\
+Short-lived links to a ProfileSession's artifacts (report.html, summary.json, the merged
+trace, per-rank files), listed, opened in a browser or downloaded. Whoever may get the
+session may read them; no bucket credentials are needed. The operator trades a Kubernetes
+token issued for its artifact endpoint's audience for presigned links valid a few minutes.
+
+The endpoint's https URL comes from --operator-url or ${OPERATOR_URL_ENV}.
+The chart serves it on the operator's Service, port artifacts.port (default 8443),
+exposed as your cluster exposes internal HTTPS services: your platform team knows
+the URL and hands out the CA that signed it, for --ca-file."""
+EXAMPLES = """\
+examples:
+  stepscope artifacts llama-ft-1 -n team-a                      # list the links
+  stepscope artifacts llama-ft-1 -n team-a --open report        # report.html in a browser
+  stepscope artifacts llama-ft-1 -n team-a --download ./llama   # every artifact
+  stepscope artifacts llama-ft-1 --service-account reader       # make the token with kubectl
+  kubectl stepscope artifacts llama-ft-1 -n team-a              # the same, as a kubectl plugin"""
 
 
 def add_artifacts_command(commands: argparse._SubParsersAction) -> None:
     command = commands.add_parser(
         "artifacts",
         help="short-lived links to a ProfileSession's artifacts (needs get on the session)",
+        description=DESCRIPTION,
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     command.add_argument("session", help="name of the ProfileSession")
     command.add_argument(
@@ -96,8 +116,9 @@ def cmd_artifacts(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     if not args.operator_url:
         raise ArtifactReadError(
-            f"no operator URL: pass --operator-url or set {OPERATOR_URL_ENV} (docs/security.md, "
-            "Reading artifacts, says how your cluster exposes it)"
+            f"no operator URL: pass --operator-url or set {OPERATOR_URL_ENV} to the https URL of "
+            "the operator's artifact endpoint (the chart serves it on the operator's Service, "
+            "port artifacts.port, default 8443; your platform team knows how it is exposed)"
         )
     namespace = args.namespace or kubeconfig_namespace() or "default"
     if args.service_account:

@@ -30,6 +30,7 @@ from pydantic import ValidationError
 
 from stepscope.analysis.model.job_summary import JobSummary
 from stepscope.cli.analyze import analyze
+from stepscope.cli.inputs import INPUT_ERROR_EXIT, check_input, os_error_message, reading_s3
 from stepscope.storage import SessionArtifact
 
 if TYPE_CHECKING:
@@ -54,7 +55,12 @@ def _read_url(url: str) -> bytes:
 
 
 def _read_s3(uri: str) -> bytes:
-    import boto3  # Lazily: boto3 ships with the operator and agent extras.
+    try:
+        import boto3  # Lazily: boto3 ships with the operator and agent extras.
+    except ImportError as error:
+        raise RuntimeError(
+            "reading s3:// needs boto3: pip install 'stepscope[operator]'"
+        ) from error
 
     from stepscope.analysis.reading.trace_sources import (
         DEFAULT_S3_REGION,
@@ -89,7 +95,8 @@ def load_job(spec: str, work_dir: Path) -> JobSummary:
     if spec.startswith(("https://", "http://")):
         return _parse(_read_url(spec), spec)
     if spec.startswith("s3://") and spec.endswith(".json") and spec.rsplit("/", 1)[-1] == SUMMARY:
-        return _parse(_read_s3(spec), spec)
+        with reading_s3(spec):
+            return _parse(_read_s3(spec), spec)
     path = Path(spec)
     if not spec.startswith("s3://"):
         if path.is_file() and path.name == SUMMARY:
@@ -98,7 +105,8 @@ def load_job(spec: str, work_dir: Path) -> JobSummary:
             return _parse((path / SUMMARY).read_bytes(), str(path / SUMMARY))
         if not path.exists():
             raise DiffInputError(f"{spec}: no such file or folder")
-    results = analyze(spec, work_dir)
+    with reading_s3(spec):
+        results = analyze(spec, work_dir)
     if len(results) != 1:
         raise DiffInputError(
             f"{spec} holds traces of {len(results)} jobs; diff one job's folder "
@@ -178,6 +186,9 @@ def run_diff(a: str, b: str, out_dir: Path, threshold_pct: float) -> Comparison:
     # imports the CLI's modules under a tight address-space limit) never needs them.
     from stepscope.analysis.comparing.regression import compare_jobs
 
+    # Both inputs are checked before either is analysed, which can take minutes.
+    for spec in (a, b):
+        check_input(spec, ACCEPTED)
     out_dir.mkdir(parents=True, exist_ok=True)
     before = load_job(a, out_dir / "a")
     after = load_job(b, out_dir / "b")
@@ -196,17 +207,46 @@ def cmd_diff(args: argparse.Namespace) -> int:
     out_dir = args.out or Path(tempfile.mkdtemp(prefix="stepscope-diff-"))
     try:
         comparison = run_diff(args.a, args.b, out_dir, args.threshold_pct)
-    except (DiffInputError, ValueError, FileNotFoundError, OSError, RuntimeError) as error:
+    except (DiffInputError, ValueError, RuntimeError) as error:
         print(f"stepscope diff: {error}", file=sys.stderr)
-        return 2
+        return INPUT_ERROR_EXIT
+    except OSError as error:
+        print(f"stepscope diff: {os_error_message(error)}", file=sys.stderr)
+        return INPUT_ERROR_EXIT
     print(format_diff(comparison))
     print(f"\nwrote {out_dir}/{{diff.json,report.html}}")
     return 0
 
 
+ACCEPTED = (
+    "a summary.json (or a folder holding one), a folder of per-rank traces, an s3:// URI "
+    "of either, or an https:// link to a summary.json"
+)
+DESCRIPTION = """\
+Is B slower than A, and what got slower? A is the baseline. Each of A and B is a
+session's summary.json (a file, a folder holding one, s3://.../summary.json or an
+https:// link such as `stepscope artifacts` prints) or a folder (or s3:// prefix) of
+per-rank traces, analysed as `stepscope analyze` does. Both are checked before either
+is analysed; s3:// reads the environment `stepscope analyze --help` describes.
+
+The first line printed is the verdict: no significant change, slower by X% or faster
+by X% (inconclusive when a side has too few steps); then the causes, largest first.
+--out gets diff.json and report.html (B's report, with the comparison first)."""
+EXAMPLES = """\
+examples:
+  stepscope diff ./run-a ./run-b                        # two folders of per-rank traces
+  stepscope diff before/summary.json after/ --out ./diff
+  stepscope diff s3://traces/team/job/uid-a/summary.json s3://traces/team/job/uid-b/
+  stepscope diff a/summary.json b/summary.json --threshold-pct 2"""
+
+
 def add_diff_command(commands: argparse._SubParsersAction) -> None:
     command = commands.add_parser(
-        "diff", help="compare two sessions or trace folders: verdict, then what changed"
+        "diff",
+        help="compare two sessions or trace folders: verdict, then what changed",
+        description=DESCRIPTION,
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     command.add_argument("a", help="baseline: summary.json (path, s3://, https://) or traces")
     command.add_argument("b", help="the run to judge against A, in the same forms")

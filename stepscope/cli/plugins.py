@@ -13,6 +13,9 @@ from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
 
 ENTRY_POINT_GROUP = "stepscope.commands"
+# Plugins for people who work on stepscope itself: they run, but `stepscope --help` does not
+# list them among the user's commands. `dev` builds Kubernetes from source; its node needs root.
+CONTRIBUTOR_COMMANDS = frozenset({"dev"})
 
 
 @dataclass(frozen=True)
@@ -20,6 +23,11 @@ class CommandPlugin:
     """One plugin command: its entry point, loaded only when run."""
 
     entry_point: EntryPoint
+
+    @property
+    def listed(self) -> bool:
+        """Whether `stepscope --help` lists it among the user's commands."""
+        return self.entry_point.name not in CONTRIBUTOR_COMMANDS
 
     @property
     def summary(self) -> str:
