@@ -95,7 +95,7 @@ class RankFailure(RankRef):
     code: FailureCode | None = Field(
         None,
         description=(
-            "Observed state. The agent's failure code (see docs/agent.md), when the agent "
+            "Observed state. The agent's failure code (one of the values below), when the agent "
             "reported one; unset when the operator judged the rank itself (still running "
             "at the deadline)."
         ),

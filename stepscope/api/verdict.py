@@ -97,7 +97,8 @@ class Straggler(ApiModel):
         le=1,
         description=(
             "Observed state. 1 minus the lateness test's p-value: how unlikely a rank this "
-            "late this often would be if no rank were slower (see docs/analysis.md)."
+            "late this often would be if no rank were slower (its rank-score test over the "
+            "window's steps, adjusted for the number of ranks)."
         ),
     )
 
