@@ -37,8 +37,14 @@ merged trace and the report. Each N prints one JSON line:
 The last line has the growth ratios largest N / smallest N (first scenario) for time and
 memory.
 
+With ``--ranks-selection one-per-node`` the session traces one rank per pod (each pod is
+on its own node) and the others report step timings only, as a large job would be
+profiled: 4096 ranks are 512 pods and 512 traced ranks, within the operator's default
+limits (STEPSCOPE_MAX_PODS_PER_SESSION, STEPSCOPE_MAX_RANKS_PER_SESSION). A limit is raised
+for the run only where N needs it (``ranks: all`` past 1024 ranks), and the line says so.
+
     python bench/bench_scale.py [--ranks 8,128] [--scenarios straggler,slow-node,noise]
-                                [--traces cpu|gpu]
+                                [--traces cpu|gpu] [--ranks-selection all|one-per-node]
 """
 
 from __future__ import annotations
@@ -66,7 +72,7 @@ from stepscope_dev.net import free_port
 from stepscope_dev.operator_process import REPO_ROOT, OperatorProcess, operator_env
 from stepscope_dev.podrunner import start_podrunner
 from stepscope_operator.agents.signing import AgentKeyring
-from stepscope_operator.settings import load_settings
+from stepscope_operator.settings import ENV, OperatorSettings, load_settings
 from stepscope_operator.storage.buckets import connect_buckets
 
 from stepscope.storage import SessionArtifact, session_key
@@ -77,6 +83,8 @@ KEYRING = AgentKeyring.generate()
 RANKS_PER_POD = 8
 FINAL = ("Succeeded", "PartiallySucceeded", "Failed")
 SCENARIOS = ("straggler", "slow-node", "noise")
+RANK_SELECTIONS = ("all", "one-per-node")
+DEFAULT_SETTINGS = OperatorSettings()
 _WRITES = {"POST", "PUT", "PATCH", "DELETE"}
 _OPERATOR_WRITES = {"profilesessions", "events", "pods"}
 _REQUESTS = re.compile(r"^apiserver_request_total\{([^}]*)\} (\d+(?:\.\d+)?)", re.MULTILINE)
@@ -136,6 +144,7 @@ def run_one(cluster, api: k8s.ApiClient, ranks: int, scenario: str, args, root: 
     )
     fleet.add_pods(core, [f"train-worker-{i}" for i in range(pods_n)], per_pod, job="train")
     fleet.start()
+    raised = raised_limits(pods_n, ranks, args.ranks_selection)
     operator = OperatorProcess(
         operator_env(
             cluster,
@@ -143,7 +152,7 @@ def run_one(cluster, api: k8s.ApiClient, ranks: int, scenario: str, args, root: 
             STEPSCOPE_AGENT_PORT=str(fleet.port),
             STEPSCOPE_PLAN_MIN_STEPS="5",
             STEPSCOPE_POLL_INTERVAL_SECONDS="0.5",
-            STEPSCOPE_MAX_RANKS_PER_SESSION=str(max(1024, ranks)),
+            **raised,
         ),
         root / f"operator-{ranks}.log",
         die_with_parent=True,
@@ -153,6 +162,8 @@ def run_one(cluster, api: k8s.ApiClient, ranks: int, scenario: str, args, root: 
         line = _profile(api, namespace, ranks, fleet, args, operator)
         line["scenario"] = scenario
         line["traces"] = args.traces
+        line["ranks_selection"] = args.ranks_selection
+        line["raised_limits"] = raised
     finally:
         operator.stop()
         fleet.stop()
@@ -161,13 +172,29 @@ def run_one(cluster, api: k8s.ApiClient, ranks: int, scenario: str, args, root: 
     return line
 
 
+def raised_limits(pods: int, ranks: int, selection: str) -> dict[str, str]:
+    """The operator's limits this session needs raised, and to what: none where the pods
+    and the ranks taking a full trace (every rank, or one per pod's own node) fit the
+    defaults."""
+    traced = ranks if selection == "all" else pods
+    needed = {"max_pods_per_session": pods, "max_ranks_per_session": traced}
+    return {
+        ENV[name]: str(count)
+        for name, count in needed.items()
+        if count > getattr(DEFAULT_SETTINGS, name)
+    }
+
+
 def _session(namespace: str, args) -> dict:
     return {
         "apiVersion": "stepscope.dev/v1alpha1",
         "kind": "ProfileSession",
         "metadata": {"name": "scale", "namespace": namespace},
         "spec": {
-            "target": {"podSelector": {"matchLabels": {"app": "train"}}},
+            "target": {
+                "podSelector": {"matchLabels": {"app": "train"}},
+                "ranks": args.ranks_selection,
+            },
             "granularity": args.granularity,
             "window": {
                 "steps": RECORDED_STEPS,
@@ -343,6 +370,13 @@ def main(argv: list[str] | None = None) -> int:
         choices=TRACE_SOURCES,
         default="cpu",
         help="the recorded traces each rank's capture is made from (fleet_traces)",
+    )
+    parser.add_argument(
+        "--ranks-selection",
+        choices=RANK_SELECTIONS,
+        default="all",
+        help="spec.target.ranks: every rank takes a full trace, or one per pod (node), the "
+        "rest step timings only",
     )
     parser.add_argument("--stop-agents", type=int, default=0, help="pods whose agent stops")
     parser.add_argument("--step-seconds", type=float, default=0.5, help="the fleet's step")

@@ -23,7 +23,8 @@ HOSTILE_NODE = "hostile-node"
 # torchrun's processes per node in the absurd pod's env: the example, a hundred
 # million ranks from one env var.
 ABSURD_NPROC = 100_000_000
-ABSURD_RANKS_REFUSAL = ("STEPSCOPE_MAX_RANKS_PER_SESSION",)
+# Refused by the per-pod bound, before the session's own limits: no setting could serve it.
+ABSURD_RANKS_REFUSAL = ("MAX_RANKS_PER_POD",)
 
 
 @dataclass(frozen=True)

@@ -191,11 +191,25 @@ class OperatorSettings(BaseModel):
     poll_interval_seconds: float = Field(
         2.0, gt=0, description="Seconds between capture-progress polls of the agents."
     )
+    max_pods_per_session: int = Field(
+        1024,
+        ge=1,
+        description="Most pods one session may target: the operator calls each one's agent "
+        f"(probe, arm, polls), and each agent serves at most {agent_wire.MAX_RANKS_PER_POD} "
+        "ranks, so this also bounds the ranks a session resolves, whatever its pods declare. "
+        "A target with more live pods ends the session with reason TooManyRanks (target "
+        "fewer pods with a podSelector, or raise the limit). 1024 pods of 8 GPUs is an "
+        "8192-GPU job.",
+    )
     max_ranks_per_session: int = Field(
         1024,
         ge=1,
-        description="Most ranks one session may target; a bigger job ends the session with reason "
-        "TooManyRanks (raise the limit, or target fewer pods with a podSelector).",
+        description="Most ranks one session may trace in full, as spec.target.ranks picks "
+        "them: every declared rank for 'all', one per node for 'one-per-node' (a pod not yet "
+        "on a node counts as one), the listed ranks for a list; the other ranks report step "
+        "timings only. Counted from the pods' declared ranks before any rank is built; a "
+        "session past it ends with reason TooManyRanks (use ranks: one-per-node, or raise "
+        "the limit). A 4096-GPU job of 512 pods traces 512 ranks with one-per-node.",
     )
     max_bytes_per_rank: int = Field(
         1024 * 1024 * 1024,

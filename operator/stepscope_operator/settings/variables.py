@@ -38,6 +38,7 @@ ENV: dict[str, str] = {
     "grant_margin_seconds": "STEPSCOPE_GRANT_MARGIN_SECONDS",
     "collect_reserve_seconds": "STEPSCOPE_COLLECT_RESERVE_SECONDS",
     "poll_interval_seconds": "STEPSCOPE_POLL_INTERVAL_SECONDS",
+    "max_pods_per_session": "STEPSCOPE_MAX_PODS_PER_SESSION",
     "max_ranks_per_session": "STEPSCOPE_MAX_RANKS_PER_SESSION",
     "max_bytes_per_rank": "STEPSCOPE_MAX_BYTES_PER_RANK",
     "max_concurrent_sessions": "STEPSCOPE_MAX_CONCURRENT_SESSIONS",

@@ -1,4 +1,5 @@
 import pytest
+from stepscope_operator.settings import ENV, OperatorSettings
 from stepscope_operator.targets import resolving
 from stepscope_operator.targets.kinds import adapter_for
 from stepscope_operator.targets.resolving import (
@@ -8,13 +9,21 @@ from stepscope_operator.targets.resolving import (
     RankTarget,
     TargetError,
     TargetKind,
+    TooManyPods,
     TooManyRanks,
     group_by_pod,
     resolve_targets,
 )
-from target_pods import pod
+from target_pods import pod, pytorchjob_pod, torchrun_env, value
 
 from stepscope.api.agent import MAX_RANKS_PER_POD
+
+# The operator's default limits, as `list_targets` passes them.
+DEFAULT_SETTINGS = OperatorSettings()
+DEFAULT_LIMITS = {
+    "max_pods": DEFAULT_SETTINGS.max_pods_per_session,
+    "max_traced_ranks": DEFAULT_SETTINGS.max_ranks_per_session,
+}
 
 
 def ptj_pod(name, replica_type, index, **kw):
@@ -118,14 +127,20 @@ def test_explicit_rank_list_and_ranges():
     assert len(targets) == 8  # untraced ranks still report step timings
 
 
+@pytest.mark.parametrize("limits", [{}, DEFAULT_LIMITS], ids=["unlimited", "default-limits"])
 @pytest.mark.parametrize(
     "ranks, message",
-    [("0,9", r"rank\(s\) \[0, 9\]"), ("one,two", "not understood"), ("5-2", "backwards")],
+    [
+        ("0,9", r"rank\(s\) \[0, 9\]"),
+        ("one,two", "not understood"),
+        ("5-2", "backwards"),
+        (",".join(f"{i}-{i}" for i in range(40)), "more than 32 ranges"),
+    ],
 )
-def test_bad_rank_selection_names_the_field(ranks, message):
+def test_bad_rank_selection_names_the_field(ranks, message, limits):
     pods = [ptj_pod(f"w{i}", "worker", i) for i in range(4)]
     with pytest.raises(InvalidTarget, match=message) as err:
-        resolve_targets("pytorchJob", ranks, pods)
+        resolve_targets("pytorchJob", ranks, pods, **limits)
     assert "spec.target.ranks" in str(err.value)
 
 
@@ -176,28 +191,29 @@ def test_selectors_and_grouping():
     }
 
 
-def test_a_pod_declaring_absurd_ranks_is_refused_before_any_rank_is_built(monkeypatch):
-    """A pod's env is the tenant's: an absurd PET_NPROC_PER_NODE must cost a sum, not one object
-    per declared rank. The refusal names the pod, its count, the total and the limit."""
+@pytest.mark.parametrize("ranks", ["all", "one-per-node", "0"])
+def test_a_pod_declaring_absurd_ranks_is_refused_before_any_rank_is_built(monkeypatch, ranks):
+    """A pod's env is the tenant's: an absurd PET_NPROC_PER_NODE must cost a comparison, not
+    one object per declared rank, whichever ranks the session traces. The per-pod bound is
+    checked before the session's own limit: no setting could serve such a pod."""
     built = []
     monkeypatch.setattr(resolving, "RankTarget", lambda **fields: built.append(fields))
-    env = [{"name": "PET_NPROC_PER_NODE", "value": "100000"}]
+    env = [{"name": "PET_NPROC_PER_NODE", "value": "100000000"}]
     pods = [ptj_pod("llama-master-0", "master", 0), ptj_pod("llama-worker-0", "worker", 0, env=env)]
     with pytest.raises(TooManyRanks) as refused:
-        resolve_targets("pytorchJob", "all", pods, max_ranks=1024)
+        resolve_targets("pytorchJob", ranks, pods, **DEFAULT_LIMITS)
     assert built == []
     message = str(refused.value)
-    assert "llama-worker-0 alone runs 100000" in message
-    assert "declare 100001 ranks" in message
-    assert "limit of 1024 (STEPSCOPE_MAX_RANKS_PER_SESSION)" in message
+    assert "pod llama-worker-0 declares 100000000 ranks (from its PET_NPROC_PER_NODE)" in message
+    assert f"{MAX_RANKS_PER_POD} one pod's agent serves (MAX_RANKS_PER_POD)" in message
 
 
-def test_ranks_up_to_the_limit_are_resolved():
+def test_traced_ranks_up_to_the_limit_are_resolved():
     env = [{"name": "PET_NPROC_PER_NODE", "value": "4"}]
     pods = [ptj_pod(f"llama-worker-{i}", "worker", i, env=env) for i in range(2)]
-    assert len(resolve_targets("pytorchJob", "all", pods, max_ranks=8)) == 8
-    with pytest.raises(TooManyRanks, match="declare 8 ranks"):
-        resolve_targets("pytorchJob", "all", pods, max_ranks=7)
+    assert len(resolve_targets("pytorchJob", "all", pods, max_traced_ranks=8)) == 8
+    with pytest.raises(TooManyRanks, match="traces 8 ranks in full"):
+        resolve_targets("pytorchJob", "all", pods, max_traced_ranks=7)
 
 
 def test_each_rank_carries_its_pods_uid_for_the_calls_to_be_signed_for():
@@ -217,7 +233,7 @@ def test_a_pod_declaring_more_ranks_than_one_agent_serves_is_refused_naming_it(m
     env = [{"name": "PET_NPROC_PER_NODE", "value": str(MAX_RANKS_PER_POD + 1)}]
     pods = [ptj_pod("llama-master-0", "master", 0), ptj_pod("llama-worker-0", "worker", 0, env=env)]
     with pytest.raises(TooManyRanks) as refused:
-        resolve_targets("pytorchJob", "all", pods, max_ranks=1024)
+        resolve_targets("pytorchJob", "all", pods, **DEFAULT_LIMITS)
     assert built == []
     assert str(refused.value) == (
         f"pod llama-worker-0 declares {MAX_RANKS_PER_POD + 1} ranks (from its "
@@ -229,7 +245,7 @@ def test_a_pod_declaring_more_ranks_than_one_agent_serves_is_refused_naming_it(m
 def test_a_pod_at_the_per_pod_limit_is_resolved():
     env = [{"name": "PET_NPROC_PER_NODE", "value": str(MAX_RANKS_PER_POD)}]
     pods = [ptj_pod("llama-worker-0", "worker", 0, env=env)]
-    assert len(resolve_targets("pytorchJob", "all", pods, max_ranks=1024)) == MAX_RANKS_PER_POD
+    assert len(resolve_targets("pytorchJob", "all", pods, **DEFAULT_LIMITS)) == MAX_RANKS_PER_POD
 
 
 def test_a_pod_on_the_host_network_is_refused_naming_it():
@@ -244,3 +260,97 @@ def test_a_pod_on_the_host_network_is_refused_naming_it():
     message = str(refused.value)
     assert message.startswith("pod llama-worker-0 runs on the host network (spec.hostNetwork)")
     assert "profile pods on the pod network" in message
+
+
+def torchrun_job(nodes: int, nproc: int) -> list[dict]:
+    """A torchrun PyTorchJob of `nodes` pods of `nproc` ranks, each pod on its own node."""
+    return [
+        pytorchjob_pod(
+            "llama",
+            "master" if node_rank == 0 else "worker",
+            max(node_rank - 1, 0),
+            env=torchrun_env("llama", node_rank, nodes, nproc),
+            node=f"gpu-node-{node_rank}",
+        )
+        for node_rank in range(nodes)
+    ]
+
+
+def test_a_4096_rank_job_traces_one_rank_per_node_under_the_default_limits():
+    """512 pods of 8 ranks: the operator calls 512 agents and takes 512 full traces, both
+    within the defaults; the other 3584 ranks report step timings."""
+    targets = resolve_targets("pytorchJob", "one-per-node", torchrun_job(512, 8), **DEFAULT_LIMITS)
+    assert len(targets) == 4096
+    assert [t.rank for t in targets if t.trace] == list(range(0, 4096, 8))
+
+
+def test_a_4096_rank_job_tracing_every_rank_is_refused_naming_the_setting_and_the_fix(
+    monkeypatch,
+):
+    built = []
+    monkeypatch.setattr(resolving, "RankTarget", lambda **fields: built.append(fields))
+    with pytest.raises(TooManyRanks) as refused:
+        resolve_targets("pytorchJob", "all", torchrun_job(512, 8), **DEFAULT_LIMITS)
+    assert built == []
+    assert not isinstance(refused.value, TooManyPods)
+    variable = ENV["max_ranks_per_session"]
+    assert str(refused.value) == (
+        "spec.target.ranks=all traces 4096 ranks in full (every rank of the target's 512 "
+        "pod(s); pod llama-master-0 alone runs 8, from its PET_NPROC_PER_NODE), more than the "
+        f"operator's limit of 1024 traced ranks per session ({variable}); use "
+        f"spec.target.ranks: one-per-node or a list of ranks, or raise {variable}"
+    )
+
+
+def test_more_pods_than_the_limit_are_refused_naming_the_setting(monkeypatch):
+    """Each pod is an agent the operator calls: 1025 pods of one rank are past the default
+    even though every rank would fit the traced-rank limit with one-per-node."""
+    built = []
+    monkeypatch.setattr(resolving, "RankTarget", lambda **fields: built.append(fields))
+    pods = [pod(f"p-{i:04d}", node=f"n-{i}") for i in range(1025)]
+    with pytest.raises(TooManyPods) as refused:
+        resolve_targets("podSelector", "one-per-node", pods, **DEFAULT_LIMITS)
+    assert built == [] and isinstance(refused.value, TooManyRanks)
+    variable = ENV["max_pods_per_session"]
+    assert str(refused.value) == (
+        "the target has 1025 live pods, more than the operator's limit of 1024 pods per "
+        f"session ({variable}); target fewer pods (spec.target.podSelector), or raise {variable}"
+    )
+    monkeypatch.undo()
+    at_limit = resolve_targets("podSelector", "one-per-node", pods[:1024], **DEFAULT_LIMITS)
+    assert len(at_limit) == 1024
+
+
+@pytest.mark.parametrize("ranks", ["0-1999", "0-999,1000-1999", "0-1500,100-200,1000-1999,7"])
+def test_an_explicit_list_past_the_limit_is_refused_by_its_size(monkeypatch, ranks):
+    built = []
+    monkeypatch.setattr(resolving, "RankTarget", lambda **fields: built.append(fields))
+    with pytest.raises(TooManyRanks) as refused:
+        resolve_targets("pytorchJob", ranks, torchrun_job(512, 8), **DEFAULT_LIMITS)
+    assert built == []
+    message = str(refused.value)
+    assert message.startswith(f"spec.target.ranks={ranks} traces 2000 ranks in full")
+    assert f"raise {ENV['max_ranks_per_session']}" in message
+
+
+def test_a_list_of_a_million_ranks_is_counted_not_built():
+    """Six digits a rank: "0-999999" is the largest list the syntax allows; it is refused
+    from its one range, not from a set of a million ranks."""
+    with pytest.raises(TooManyRanks, match="traces 1000000 ranks in full"):
+        resolve_targets("pytorchJob", "0-999999", torchrun_job(2, 8), **DEFAULT_LIMITS)
+
+
+@pytest.mark.parametrize("ranks", ["all", "one-per-node", "1,3-5,4,12-13"])
+def test_the_limit_counts_exactly_the_ranks_that_take_a_full_trace(ranks):
+    """Counted from the pods, the traced ranks are the ones `select_trace_ranks` picks: two
+    pods share a node, and two pods are on none yet (each counts as its own node)."""
+    pods = [
+        pod(f"p{i}", env=[value("PET_NPROC_PER_NODE", 4), value("PET_NODE_RANK", i)], node=node)
+        for i, node in enumerate(["n-0", "n-0", None, None])
+    ]
+    targets = resolve_targets("podSelector", ranks, pods)
+    traced = sum(t.trace for t in targets)
+    assert traced == {"all": 16, "one-per-node": 3}.get(ranks, 6)
+    assert resolve_targets("podSelector", ranks, pods, max_traced_ranks=traced) == targets
+    with pytest.raises(TooManyRanks, match=f"traces {traced} ranks in full"):
+        resolve_targets("podSelector", ranks, pods, max_traced_ranks=traced - 1)
