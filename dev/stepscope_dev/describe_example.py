@@ -16,9 +16,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -40,7 +39,7 @@ from stepscope_operator.targets.resolving import RankTarget
 from stepscope.analysis import summarize_rank
 from stepscope.api.phases import Reason
 from stepscope.api.session_status import ProfileSessionStatus, RanksStatus, StatusWindow
-from stepscope_dev.readme_blocks import block_lines, with_block_lines
+from stepscope_dev.readme_blocks import block_lines, rewrite_block, with_block_lines
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 README = REPO_ROOT / "README.md"
@@ -189,30 +188,28 @@ def described(
     return [line.rstrip().replace(namespace, NAMESPACE) for line in printed.splitlines()]
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def printed_on_local_cluster(describe: Callable[[Any, str], list[str]]) -> list[str]:
+    """``describe(cluster, NAMESPACE)`` on a local control plane started for it, with the CRDs."""
     from stepscope_dev import build
     from stepscope_dev.cluster import start_cluster, stop_cluster
 
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--check", action="store_true", help="fail if README.md is not current")
-    args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="stepscope-docs-") as root:
         cluster = start_cluster(Path(root), build.ensure_binaries(), die_with_parent=True)
         try:
             cluster.kubectl("apply", "-f", str(REPO_ROOT / "crds"))
-            lines = excerpt(describe_lines(cluster, NAMESPACE))
+            return describe(cluster, NAMESPACE)
         finally:
             stop_cluster(cluster)
-    text = README.read_text(encoding="utf-8")
-    if readme_block(text) == lines:
-        print("README.md's describe block is current")
-        return 0
-    if args.check:
-        print("README.md's describe block is stale; run `make docs-examples`", file=sys.stderr)
-        return 1
-    README.write_text(with_block(text, lines, example_session()["metadata"]["name"]))
-    print("README.md's describe block rewritten from the current analysis")
-    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--check", action="store_true", help="fail if README.md is not current")
+    args = parser.parse_args(argv)
+    lines = excerpt(printed_on_local_cluster(describe_lines))
+    name = example_session()["metadata"]["name"]
+    command = f"kubectl describe profilesession {name}"
+    return rewrite_block(README, MARKER, command, lines, "describe", args.check)
 
 
 if __name__ == "__main__":

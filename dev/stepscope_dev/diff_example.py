@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from stepscope_dev.readme_blocks import block_lines, with_block_lines
+from stepscope_dev.readme_blocks import rewrite_block
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 README = REPO_ROOT / "README.md"
@@ -49,17 +49,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--check", action="store_true", help="fail if README.md is not current")
     args = parser.parse_args(argv)
-    lines = diff_lines()
-    text = README.read_text(encoding="utf-8")
-    if block_lines(text, MARKER) == lines:
-        print("README.md's diff block is current")
-        return 0
-    if args.check:
-        print("README.md's diff block is stale; run `make docs-examples`", file=sys.stderr)
-        return 1
-    README.write_text(with_block_lines(text, MARKER, COMMAND, lines))
-    print("README.md's diff block rewritten from the current analysis")
-    return 0
+    return rewrite_block(README, MARKER, COMMAND, diff_lines(), "diff", args.check)
 
 
 if __name__ == "__main__":

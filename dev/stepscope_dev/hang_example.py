@@ -14,8 +14,7 @@ and fails when the block differs.
 
 from __future__ import annotations
 
-import sys
-import tempfile
+import argparse
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -32,8 +31,14 @@ from stepscope.api.session_status import ProfileSessionStatus
 from stepscope.hang.attribution import attribute_hang
 from stepscope.hang.detection import StallJudgement
 from stepscope.storage import SessionArtifact, s3_uri, session_key, session_prefix
-from stepscope_dev.describe_example import NAMESPACE, README, described, excerpt
-from stepscope_dev.readme_blocks import block_lines, with_block_lines
+from stepscope_dev.describe_example import (
+    NAMESPACE,
+    README,
+    described,
+    excerpt,
+    printed_on_local_cluster,
+)
+from stepscope_dev.readme_blocks import block_lines, rewrite_block
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO_ROOT / "crds" / "examples" / "hangcheck.yaml"
@@ -111,33 +116,13 @@ def readme_block(text: str) -> list[str]:
     return block_lines(text, MARKER)
 
 
-def with_block(text: str, lines: Sequence[str]) -> str:
-    name = example_session()["metadata"]["name"]
-    return with_block_lines(text, MARKER, f"kubectl describe profilesession {name}", lines)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    from stepscope_dev import build
-    from stepscope_dev.cluster import start_cluster, stop_cluster
-
-    check = "--check" in (sys.argv[1:] if argv is None else argv)
-    with tempfile.TemporaryDirectory(prefix="stepscope-docs-") as root:
-        cluster = start_cluster(Path(root), build.ensure_binaries(), die_with_parent=True)
-        try:
-            cluster.kubectl("apply", "-f", str(REPO_ROOT / "crds"))
-            lines = excerpt(describe_lines(cluster, NAMESPACE), KEPT)
-        finally:
-            stop_cluster(cluster)
-    text = README.read_text(encoding="utf-8")
-    if readme_block(text) == lines:
-        print("README.md's hang-check describe block is current")
-        return 0
-    if check:
-        print("README.md's hang-check block is stale; run `make docs-examples`", file=sys.stderr)
-        return 1
-    README.write_text(with_block(text, lines))
-    print("README.md's hang-check describe block rewritten from the current attribution")
-    return 0
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--check", action="store_true", help="fail if README.md is not current")
+    args = parser.parse_args(argv)
+    lines = excerpt(printed_on_local_cluster(describe_lines), KEPT)
+    command = f"kubectl describe profilesession {example_session()['metadata']['name']}"
+    return rewrite_block(README, MARKER, command, lines, "hang-check describe", args.check)
 
 
 if __name__ == "__main__":

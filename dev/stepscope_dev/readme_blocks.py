@@ -4,7 +4,9 @@ a test derives it again and compares, so no output a user reads is ever frozen."
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 
 def block_lines(text: str, marker: str) -> list[str]:
@@ -24,3 +26,21 @@ def with_block_lines(text: str, marker: str, command: str, lines: Sequence[str])
     tail = after.lstrip("\n").split("\n", 1)[1].split("```\n", 1)[1]
     block = "\n".join([f"$ {command}", *lines])
     return f"{head}{marker}\n```\n{block}\n```\n{tail}"
+
+
+def rewrite_block(
+    readme: Path, marker: str, command: str, lines: Sequence[str], what: str, check: bool
+) -> int:
+    """Rewrite ``readme``'s block after ``marker`` with ``$ command`` and ``lines`` unless it is
+    current already; with ``check``, only say whether it is. The exit status: 1 for a stale
+    block under ``check``, else 0."""
+    text = readme.read_text(encoding="utf-8")
+    if block_lines(text, marker) == list(lines):
+        print(f"README.md's {what} block is current")
+        return 0
+    if check:
+        print(f"README.md's {what} block is stale; run `make docs-examples`", file=sys.stderr)
+        return 1
+    readme.write_text(with_block_lines(text, marker, command, lines))
+    print(f"README.md's {what} block rewritten from the current code")
+    return 0
