@@ -13,6 +13,10 @@ from stepscope_dev.trainer_controller import TORCH_RUNTIME_NAME
 from support import wait_until
 
 pytestmark = pytest.mark.integration
+# Each pod's log kept for the checks: a worker's torchrun may log a long exit-barrier
+# traceback after its rank's last line when the master's store closes first, and the job
+# still completes.
+LOG_TAIL_CHARS = 64 * 1024
 
 SCRIPT = Path(__file__).with_name("torch_allreduce.py")
 JOBSET_LABEL = "jobset.sigs.k8s.io/"
@@ -76,7 +80,7 @@ def test_a_two_node_trainjob_runs_torchrun_to_completion(
     logs = {
         p["metadata"]["name"]: (
             pod_runner / "pods" / namespace / p["metadata"]["name"] / "node.log"
-        ).read_text()[-2000:]
+        ).read_text()[-LOG_TAIL_CHARS:]
         for p in pods["items"]
     }
     conditions = {c["type"]: c["status"] for c in job["status"]["conditions"]}
