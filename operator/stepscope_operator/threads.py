@@ -39,9 +39,7 @@ async def in_thread(
 ) -> Result:
     """`call(*args, **kwargs)` on a blocking thread in `namespace`'s turn, as
     asyncio.to_thread runs it (with the caller's context variables)."""
-    context = contextvars.copy_context()
-    work = functools.partial(context.run, call, *args, **kwargs)
-    return await asyncio.wrap_future(_POOL.submit(namespace, work))
+    return await _run_on(_POOL, namespace, functools.partial(call, *args, **kwargs))
 
 
 async def computed(
@@ -49,6 +47,9 @@ async def computed(
 ) -> Result:
     """`call(*args, **kwargs)`, CPU-bound work on a tenant's data, on the one compute thread
     in `namespace`'s turn."""
+    return await _run_on(_COMPUTE, namespace, functools.partial(call, *args, **kwargs))
+
+
+async def _run_on(pool: FairPool, namespace: str, work: Callable[[], Result]) -> Result:
     context = contextvars.copy_context()
-    work = functools.partial(context.run, call, *args, **kwargs)
-    return await asyncio.wrap_future(_COMPUTE.submit(namespace, work))
+    return await asyncio.wrap_future(pool.submit(namespace, functools.partial(context.run, work)))
