@@ -78,12 +78,11 @@ def test_calls_past_the_workers_and_queue_are_refused_without_a_thread(served):
             assert agent.answering.acquire(timeout=5), "a worker never took a call"
         wait_until(lambda: server.calls_in_hand == len(waiting), 5, "the calls to queue", 0.01)
 
+        # Every worker is held until `release`: a reply now is one no worker made.
         with status_call(server) as one_more:
-            sent = time.monotonic()
             status, reply = reply_status(one_more, wait_s=2)
         assert status == 503, reply
         assert b"every worker is busy" in reply
-        assert time.monotonic() - sent < 1
         assert threading.active_count() == threads
 
         agent.release.set()

@@ -49,7 +49,6 @@ CAPTURE_ID = "c"
 GOOD_STATUS = {"pod": POD, "agentTime": 1.0, "agentVersion": "test"}
 SCENARIOS = Path(__file__).parents[2] / "data" / "scenarios"
 # What "quickly" and "bounded" mean for a refused reply, on a shared 2-core runner.
-REFUSAL_SECONDS = 2.0
 REFUSAL_PEAK_BYTES = 64 * 1024 * 1024
 # The longest the event loop may go without running while a reply is parsed.
 MAX_LOOP_GAP_S = 0.2
@@ -162,16 +161,14 @@ def test_a_good_reply_still_comes_through():
     ],
     ids=["1.5M ranks", "5.6M lists", "100k ranks"],
 )
-def test_many_small_values_under_the_byte_limit_are_refused_quickly(body, says):
-    """16 MiB of `{"rank":0}` took 1.6 GB and 17 s to validate; `[[],[],...]` 411 MiB."""
+def test_many_small_values_under_the_byte_limit_are_refused_naming_the_limit(body, says):
+    """16 MiB of `{"rank":0}` took 1.6 GB and 17 s to validate; `[[],[],...]` 411 MiB.
+    What refusing them costs is measured below, in memory and in event-loop time."""
     assert len(body) <= CAPTURE_REPLY.max_bytes
-    started = time.perf_counter()
     with pytest.raises(AgentError) as caught:
         asyncio.run(_ask(_streamed(body), "capture"))
-    elapsed = time.perf_counter() - started
     assert says in str(caught.value)
     assert f"agent in pod {POD}: GET {wire.capture_path(CAPTURE_ID)}" in str(caught.value)
-    assert elapsed < REFUSAL_SECONDS, f"refusing took {elapsed:.2f} s"
 
 
 @pytest.mark.parametrize("body", [MANY_RANKS, MANY_LISTS], ids=["1.5M ranks", "5.6M lists"])
