@@ -173,8 +173,9 @@ def node_recipes() -> list[GoRecipe]:
     build reuses the Go build cache of every package they share. They build in a wrapper module
     of their own: `go mod tidy` for kubelet's imports must not change the control plane's
     go.sum. kube-proxy is not built: the API server reaches webhook Services through their
-    endpoints (docs/local-control-plane.md, "Real node"). CoreDNS is the node's cluster DNS
-    (``realnode.cluster_dns``), built from its module's root package (upstream's ``main``).
+    endpoints (docs/contributing/local-control-plane.md, "Real node"). CoreDNS is the node's
+    cluster DNS (``realnode.cluster_dns``), built from its module's root package (upstream's
+    ``main``).
     """
     return [
         GoRecipe(

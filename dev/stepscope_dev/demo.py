@@ -222,8 +222,9 @@ def main(argv: list[str] | None = None) -> int:
         choices=("real", "process"),
         default="real",
         help="real: pods run in containers on a real kubelet and containerd, the operator from "
-        'its image through the chart (docs/local-control-plane.md, "Real node"); process: '
-        "pods run as local processes under the pod runner, the operator as a local process",
+        "its image through the chart (docs/contributing/local-control-plane.md, "
+        '"Real node"); process: pods run as local processes under the pod runner, the operator '
+        "as a local process",
     )
     args = parser.parse_args(argv)
     return run_demo(args.instance, args.out, args.keep, args.with_trainer, args.node)

@@ -8,8 +8,8 @@ certificate rotator (it needs a Secret, a Service and cluster DNS) and leader el
 and health probes are off. Its webhooks stay on, because the JobSet controller relies on its
 defaulting webhook (it dereferences ``spec.network`` and the success policy that webhook sets):
 they listen on 127.0.0.1 with a certificate from the instance CA and are registered by URL
-(``loopback_webhooks``). docs/local-control-plane.md ("JobSet and Kubeflow Trainer") lists
-every difference. The CRD is applied from the module cache.
+(``loopback_webhooks``). docs/contributing/local-control-plane.md ("JobSet and Kubeflow
+Trainer") lists every difference. The CRD is applied from the module cache.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ Run it as ``python -m stepscope_dev.podrunner --kubeconfig ADMIN_KUBECONFIG --da
 ``start_podrunner(cluster)`` does that for ``stepscope dev up`` and the test fixtures. Each
 pod's files, its container logs included, are under ``DIR/pods/<namespace>/<pod>/``
 (``<container>.log``; no ``kubectl logs``). What differs from a real kubelet is described in
-docs/local-control-plane.md, section "Pods".
+docs/contributing/local-control-plane.md, section "Pods".
 """
 
 from __future__ import annotations

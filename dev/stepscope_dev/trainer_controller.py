@@ -9,7 +9,7 @@ local control plane does not have, and holds the controllers back until it has w
 certificates. The webhooks are served on 127.0.0.1 with a certificate from the instance CA and
 registered by URL (``loopback_webhooks``). TrainJobs run as JobSets, so the JobSet controller
 is started first. The CRDs are applied from the module cache, then ``torch_runtime.yaml``.
-docs/local-control-plane.md ("JobSet and Kubeflow Trainer") lists every difference.
+docs/contributing/local-control-plane.md ("JobSet and Kubeflow Trainer") lists every difference.
 """
 
 from __future__ import annotations

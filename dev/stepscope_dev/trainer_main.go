@@ -3,7 +3,7 @@
 // It runs upstream's runtimes, controllers and validating webhooks unchanged
 // (github.com/kubeflow/trainer/v2 v2.0.0: pkg/runtime/core, pkg/controller, pkg/webhooks). It
 // differs from upstream cmd/trainer-controller-manager only where the harness cannot give what
-// that binary expects; see docs/local-control-plane.md, section "JobSet and Kubeflow Trainer":
+// that binary expects; see docs/contributing/local-control-plane.md, section "JobSet and Kubeflow Trainer":
 //   - no certificate rotator: upstream always starts one, which keeps the Secret
 //     kubeflow-trainer-webhook-cert in kubeflow-system and the webhook configuration's caBundle
 //     up to date for a Service DNS name that nothing here resolves, and holds the controllers

@@ -5,8 +5,9 @@ version pinned in ``versions.py``, compiled with the machine's Go toolchain into
 (never into the repository). The entry point is ``training_operator_main.go`` beside this file
 instead of upstream's ``cmd/training-operator.v1``: upstream always serves its validating webhook
 on all interfaces and needs a certificate Secret, a Service and cluster DNS for it, which the
-local control plane does not have. docs/local-control-plane.md ("Training operator") lists every
-difference. The CRDs are applied from the module cache, where ``go`` downloaded the module.
+local control plane does not have. docs/contributing/local-control-plane.md ("Training
+operator") lists every difference. The CRDs are applied from the module cache, where ``go``
+downloaded the module.
 
 The workers' init container, which waits for the master, depends on who runs the pods: on the
 real node it waits until the master's name resolves through the cluster DNS

@@ -3,7 +3,7 @@
 // It runs the upstream PyTorchJob reconciler (github.com/kubeflow/training-operator
 // v1.9.4, pkg/controller.v1) unchanged. It differs from upstream cmd/training-operator.v1
 // only where the harness cannot serve what that binary expects; see
-// docs/local-control-plane.md, section "Training operator":
+// docs/contributing/local-control-plane.md, section "Training operator":
 //   - no validating-webhook server and no certificate rotator: upstream always listens for
 //     webhooks on all interfaces and needs a Secret, a Service and a
 //     ValidatingWebhookConfiguration reachable through cluster DNS;

@@ -5,7 +5,7 @@ capturing a window. It calls the job stuck when no rank has finished a step for 
 than ``max(thresholdFloorSeconds, stepTimeMultiplier x p95 step time)``, the p95 over each
 rank's last 256 steps as its agent reports it (the largest over ranks). On a hang it asks
 every agent for a dump, attributes it (stepscope/hang/attribution.py) and writes
-``status.hang``; the phase becomes Diagnosed. See docs/hang-diagnosis.md.
+``status.hang``; the phase becomes Diagnosed. See docs/how-to/diagnose-a-hang.md.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ class SessionMode(StrEnum):
 
 
 class HangKind(StrEnum):
-    """The kinds of verdict attribution reaches (docs/hang-diagnosis.md)."""
+    """The kinds of verdict attribution reaches (docs/how-to/diagnose-a-hang.md)."""
 
     MISSING_RANK = "missing-rank"
     EXTRA_COLLECTIVE = "extra-collective"

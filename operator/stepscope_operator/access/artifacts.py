@@ -11,7 +11,8 @@ describe`` shows who read what.
 
 This is the only path that hands out read access: agents get upload-only grants, and the
 operator's bucket credentials never leave it. So `full`-tier traces, which hold shapes and
-stacks, are readable only by the session's readers (docs/security.md, "Reading artifacts").
+stacks, are readable only by the session's readers (docs/operations/security.md, "Reading
+artifacts").
 
 Refusals post no Event: a caller who may not read the session should not be able to write to
 its history either. The endpoint is served over HTTPS only, since callers send bearer tokens.

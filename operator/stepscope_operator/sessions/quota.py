@@ -1,5 +1,5 @@
 """The per-namespace byte quota: what a namespace already stores decides whether a new
-session starts (STEPSCOPE_NAMESPACE_QUOTA_BYTES; docs/security.md)."""
+session starts (STEPSCOPE_NAMESPACE_QUOTA_BYTES; docs/operations/security.md)."""
 
 from __future__ import annotations
 

@@ -253,8 +253,8 @@ class OperatorSettings(BaseModel):
     s3_lifecycle_rule: bool = Field(
         True,
         description="Put a lifecycle rule on the bucket at startup (servers that support "
-        "one, see docs/security.md): abort multipart uploads left open, expire objects past "
-        "the maximum age. Other rules on the bucket are kept.",
+        "one, see docs/operations/security.md): abort multipart uploads left open, expire "
+        "objects past the maximum age. Other rules on the bucket are kept.",
     )
     s3_lifecycle_abort_days: int = Field(
         1,
@@ -288,7 +288,7 @@ class OperatorSettings(BaseModel):
         le=65535,
         description="HTTPS port of the artifact endpoint, where a caller who may get a "
         "ProfileSession trades a Kubernetes bearer token for links to its artifacts "
-        "(docs/security.md, Reading artifacts); unset serves none.",
+        "(docs/operations/security.md, Reading artifacts); unset serves none.",
     )
     artifacts_listen_address: str = Field(
         "0.0.0.0",

@@ -1,6 +1,6 @@
 """Where each setting comes from: its environment variable, its file, and the error naming them.
 
-One line per setting, so a grep for a variable name lands here; docs/operator-settings.md
+One line per setting, so a grep for a variable name lands here; docs/reference/operator-settings.md
 lists the same table for users.
 """
 

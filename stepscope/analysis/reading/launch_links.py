@@ -6,7 +6,7 @@ memset whose id no runtime call carries has lost its launch: the profiler droppe
 side (a full activity buffer, a thread that ended, a launch before the window opened).
 Such activity still ran on the GPU, so the GPU split counts it; Holistic Trace Analysis
 joins GPU activity to CPU events on the id and drops it, which is why the two can differ
-(docs/benchmarks.md). The summary reports how many there were and how long they ran.
+(docs/contributing/benchmarks.md). The summary reports how many there were and how long they ran.
 
 Correlation ids are dense, increasing integers, so the ids of runtime calls are kept as
 bits in 1 KiB blocks of 8192 ids each: a real trace needs a few blocks, memory stays flat

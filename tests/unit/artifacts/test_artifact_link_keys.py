@@ -23,7 +23,7 @@ from stepscope.storage import (
 PREFIX = session_prefix("stepscope", "team-a", "llama", "uid-1")
 
 
-SECURITY_DOC = Path(__file__).resolve().parents[3] / "docs" / "security.md"
+SECURITY_DOC = Path(__file__).resolve().parents[3] / "docs" / "operations" / "security.md"
 
 
 def test_every_result_file_of_the_layout_is_readable():

@@ -1,5 +1,5 @@
 """Read access leaves the operator by two paths only: every presigned URL it signs is an upload
-grant, except the artifact endpoint's GET links for a session's readers (docs/security.md,
+grant, except the artifact endpoint's GET links for a session's readers (docs/operations/security.md,
 "Reading artifacts") and the GETs of its own inputs handed to the session's analysis Job in
 the session's namespace (grants.get_url, "The analysis Job")."""
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
-ARCHITECTURE = ROOT / "docs" / "architecture.md"
+ARCHITECTURE = ROOT / "docs" / "contributing" / "architecture.md"
 CONCERN_ROOTS = [
     ROOT / "stepscope",
     ROOT / "operator" / "stepscope_operator",
@@ -45,7 +45,9 @@ def test_the_architecture_map_names_every_package() -> None:
         # Packages inside a mapped package (targets/kinds) are described by their parent's row.
         and f"`{package.parent.relative_to(ROOT)}/`" not in text
     ]
-    assert not unnamed, f"docs/architecture.md, 'Folders by concern', lacks a row for {unnamed}"
+    assert not unnamed, (
+        f"docs/contributing/architecture.md, 'Folders by concern', lacks a row for {unnamed}"
+    )
 
 
 def test_the_operator_top_level_holds_only_shared_modules() -> None:

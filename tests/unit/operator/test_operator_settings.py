@@ -128,9 +128,11 @@ def test_agent_endpoint_defaults_to_operator_endpoint():
 
 
 def test_every_variable_is_documented():
-    doc = (Path(__file__).resolve().parents[3] / "docs" / "operator-settings.md").read_text()
+    doc = (
+        Path(__file__).resolve().parents[3] / "docs" / "reference" / "operator-settings.md"
+    ).read_text()
     missing = [variable for variable in ENV.values() if f"`{variable}`" not in doc]
-    assert not missing, f"add {missing} to docs/operator-settings.md"
+    assert not missing, f"add {missing} to docs/reference/operator-settings.md"
 
 
 def test_retention_has_an_upper_bound():

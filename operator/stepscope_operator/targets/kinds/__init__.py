@@ -2,7 +2,7 @@
 
 Every kind implements `TargetAdapter` (``base.py``); `TARGET_KINDS` maps each
 `TargetKind` to its adapter. Adding a kind is one module here plus one line below
-(see docs/architecture.md, "Adding a target kind").
+(see docs/contributing/architecture.md, "Adding a target kind").
 """
 
 from __future__ import annotations
