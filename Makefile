@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 # Re-install only when the dependency pins change.
 VENV_STAMP := $(VENV)/.stepscope-installed
 
-.PHONY: venv binaries node-deps node-images crds docs-examples test test-unit test-realnode demo demo-process bench gpu-check lint clean-instance
+.PHONY: venv binaries node-deps node-images browser crds docs-examples test test-unit test-realnode demo demo-process bench gpu-check lint clean-instance
 
 venv: $(VENV_STAMP)
 
@@ -25,6 +25,12 @@ binaries: venv
 # apt-get runs only for what dpkg does not already report installed.
 node-deps: venv
 	$(PY) -m stepscope_dev.realnode.packages
+
+# Debian's Chromium, headless: the report tests read what a browser shows
+# (tests/support/browser.py). apt-get runs only when no chromium is on the PATH.
+browser:
+	@command -v chromium >/dev/null || { apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; }
 
 crds: venv
 	$(PY) -m stepscope.api.crdgen
@@ -44,7 +50,7 @@ node-images: venv binaries
 # Three: a fourth made no run shorter here (2 cores) and loaded the machine enough that the
 # hostile-tenant test's one-second bound on the operator's event loop was missed.
 TEST_WORKERS ?= 3
-test: venv binaries node-images
+test: venv binaries node-images browser
 	$(VENV)/bin/pytest -ra --durations=15 -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder
 
 test-unit: venv

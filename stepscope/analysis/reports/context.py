@@ -18,6 +18,7 @@ from functools import cached_property
 
 from stepscope.analysis.merging.trace_selection import ROOM_IN_BUDGET, rank_step_ms, wanted_ranks
 from stepscope.analysis.model.job_summary import JobSummary
+from stepscope.analysis.reports.origin import ReportOrigin
 from stepscope.analysis.reports.rank_track import step_arrival_lags
 
 SMALL_JOB_RANKS = 16
@@ -47,15 +48,17 @@ class RankRow:
 
 @dataclass
 class ReportContext:
-    """The job summary plus what the analysis Job knows about the merged trace.
+    """The job summary plus what the caller knows about the merged trace and the job.
 
     `merged` maps each rank whose full trace is in the merged trace to the reasons it
-    was chosen (`trace_selection`); None when no merged trace is built (the local
-    `stepscope analyze`, or no trace stored)."""
+    was chosen (`trace_selection`): None when no selection was made (the local
+    `stepscope analyze` merges every rank), empty when the session stored no trace.
+    `origin` is what the title names; None for a folder analysed offline."""
 
     job: JobSummary
     merged: Mapping[int, Sequence[str]] | None = None
     merged_selection: str = ""
+    origin: ReportOrigin | None = None
 
     @property
     def small(self) -> bool:

@@ -1,11 +1,19 @@
-"""Render a job summary as one self-contained HTML page.
+"""Render a job summary as one self-contained HTML page that answers first.
 
 Everything is inline (CSS and SVG, no scripts, no fonts or CDNs) so the page
-opens from S3, an email attachment or an air-gapped cluster alike. The page is a list
-of sections (`SECTIONS`), each a function of one `ReportContext`; a small job keeps a
-bar, a line and a table row per rank, and past `SMALL_JOB_RANKS` ranks the rank x step
-heatmaps and the distributions across ranks carry the picture while only the named ranks
-keep rows of their own, so the page stays bounded whatever the rank count.
+opens from S3, an email attachment or an air-gapped cluster alike; its Content Security
+Policy forbids scripts and fetches outright, so even a name that slipped past escaping
+could neither run nor call out. The top of the page is the answer: a title naming whose
+steps these are (`origin`), one sentence with its confidence, and the step time with its
+breakdown (`verdict`). Then the findings in words, the arrival-lag heatmap that shows a
+late rank before the step-time heatmap (flat when ranks wait for each other), how to open
+the merged trace, and the detail. Names in findings, pods and nodes come from tenants
+and are escaped wherever they are written.
+
+The page is a list of sections (`SECTIONS`), each a function of one `ReportContext`; a
+small job keeps a bar, a line and a table row per rank, and past `SMALL_JOB_RANKS` ranks
+the rank x step heatmaps and the distributions across ranks carry the picture while only
+the named ranks keep rows of their own, so the page stays bounded whatever the rank count.
 """
 
 from __future__ import annotations
@@ -19,14 +27,29 @@ from stepscope.analysis.reports.context import ReportContext
 from stepscope.analysis.reports.counters import gpu_section
 from stepscope.analysis.reports.distributions import distributions
 from stepscope.analysis.reports.heatmaps import binning_note, heatmap
+from stepscope.analysis.reports.origin import ReportOrigin, origin_facts, report_title
+from stepscope.analysis.reports.perfetto import perfetto_section
 from stepscope.analysis.reports.plots import breakdown_per_rank, step_times
 from stepscope.analysis.reports.rank_detail import rank_detail
+from stepscope.analysis.reports.verdict import bottleneck_text, step_overview, verdict_sentence
 
 Values = Mapping[int, Mapping[int, float]]
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 980px; color: #222; }
-h1 { font-size: 1.5rem; } h2 { font-size: 1.15rem; margin-top: 2rem; }
+h1 { font-size: 1.5rem; margin-bottom: 0.2rem; } h2 { font-size: 1.15rem; margin-top: 2rem; }
+.origin { color: #555; margin-top: 0; }
+.verdict { font-size: 1.2rem; font-weight: 600; border-left: 6px solid #d62728;
+  padding: 0.5rem 0.9rem; background: #fdf3f2; }
+.verdict.calm { border-color: #1f77b4; background: #f1f6fb; }
+.steptime { margin: 1rem 0 0.4rem; }
+.stepbar { display: flex; height: 22px; border-radius: 3px; overflow: hidden; }
+.stepbar .part { display: block; height: 100%; }
+ul.shares { list-style: none; padding: 0; margin: 0.4rem 0; display: flex; flex-wrap: wrap;
+  gap: 0.2rem 1.2rem; font-size: 0.9rem; }
+.swatch { display: inline-block; width: 0.8rem; height: 0.8rem; margin-right: 0.35rem;
+  vertical-align: -0.1rem; }
+code { background: #f3f3f3; padding: 0 0.2rem; }
 table { border-collapse: collapse; font-size: 0.9rem; }
 th, td { border-bottom: 1px solid #ddd; padding: 0.3rem 0.6rem; text-align: right; }
 th:first-child, td:first-child { text-align: left; }
@@ -40,6 +63,10 @@ svg.plot { max-width: 100%; height: auto; display: block; margin: 0.5rem 0; }
 tr.named td { background: #fff6e0; }
 h3 { font-size: 1rem; margin-top: 1.2rem; }
 """
+
+
+# No scripts, no fetches of any kind; inline styles only (the SVGs and the step bar use them).
+CONTENT_SECURITY_POLICY = "default-src 'none'; style-src 'unsafe-inline'"
 
 
 def _facts(job: JobSummary) -> str:
@@ -57,14 +84,14 @@ def _facts(job: JobSummary) -> str:
         alignment = (
             f"{job.alignment.matched_collectives} collectives matched by "
             f"{job.alignment.match_key}; residual median {job.alignment.residual_median_abs_us:.0f}"
-            f" us, p90 {job.alignment.residual_p90_abs_us:.0f} us"
+            f" µs, p90 {job.alignment.residual_p90_abs_us:.0f} µs"
         )
     imbalance = f"{job.load_imbalance:.1%}" if job.load_imbalance is not None else "n/a"
     rows = [
         ("Ranks", str(job.world_size)),
         ("Common steps", ", ".join(map(str, job.common_steps)) or "none"),
         ("Median step time", f"{job.median_step_ms:.2f} ms"),
-        ("Bottleneck", _bottleneck_text(job)),
+        ("Bottleneck", bottleneck_text(job)),
         ("Straggler", straggler),
         ("Lateness at collectives", job.lateness_pattern.value.replace("_", " ")),
         ("Load imbalance (median over steps)", imbalance),
@@ -74,27 +101,32 @@ def _facts(job: JobSummary) -> str:
     return f'<table class="facts">{body}</table>'
 
 
-def _bottleneck_text(job: JobSummary) -> str:
-    text = job.bottleneck.replace("_", " ")
-    return f"{text} ({job.bottleneck_reason})" if job.bottleneck_reason else text
-
-
 def _finding(finding: Finding) -> str:
-    numbers = ", ".join(f"{k}={v:g}" for k, v in finding.evidence.numbers.items())
+    """A finding in words: its claim, confidence and cost, the sentence that reads its
+    numbers, and what to do. The numbers' keys stay in summary.json, for programs."""
+    cost = f", costs {finding.impact_pct:.0f}% of the step" if finding.impact_pct >= 1 else ""
     return (
-        f'<div class="finding {finding.severity.value}">'
+        f'<div class="finding {finding.severity.value}" data-finding="{escape(finding.id)}">'
         f'<div><span class="badge">{finding.severity.value}</span>'
         f"<strong>{escape(finding.title)}</strong> "
-        f'<span class="muted">[{escape(finding.id)}, confidence {finding.confidence:.2f}]</span>'
+        f'<span class="muted">(confidence {finding.confidence:.2f}{cost})</span>'
         f"</div><p>{escape(finding.evidence.text)}</p>"
-        f'<p class="muted">{escape(numbers)}</p>'
         f"<p><em>Recommendation:</em> {escape(finding.recommendation)}</p></div>"
     )
 
 
 def _findings(context: ReportContext) -> str:
     found = "".join(_finding(f) for f in context.job.findings)
-    return found or "<p>No findings: nothing stands out.</p>"
+    if not found:
+        return "<p>No findings: nothing stands out.</p>"
+    return found + (
+        '<p class="muted">The numbers behind each finding, by name, are in summary.json '
+        "(findings[].evidence.numbers).</p>"
+    )
+
+
+def _details(context: ReportContext) -> str:
+    return _facts(context.job)
 
 
 def _heatmap_section(what: str, unit: str, values_of: Callable[[ReportContext], Values]):
@@ -136,24 +168,41 @@ class Section:
 
 SECTIONS: list[Section] = [
     Section("findings", "Findings", _findings),
-    Section(
-        "step-time-heatmap",
-        "Step time, rank x step",
-        _heatmap_section("step time", "ms", lambda c: c.step_ms),
-    ),
+    # Lag first: when one rank is late every rank's step is equally long (the others wait
+    # for it), so the step-time heatmap is flat and only the lag shows who.
     Section(
         "lag-heatmap",
         "Arrival lag at collectives, rank x step",
         _heatmap_section("arrival lag", "ms", lambda c: c.lag_ms),
     ),
+    Section(
+        "step-time-heatmap",
+        "Step time, rank x step",
+        _heatmap_section("step time", "ms", lambda c: c.step_ms),
+    ),
+    Section("perfetto", "Open the merged trace in Perfetto", perfetto_section),
     Section("distributions", "Distributions across ranks", distributions),
     Section("breakdown", "Where the step goes, per rank", _small_job_only(breakdown_per_rank)),
     Section("step-times", "Step time per rank", _small_job_only(step_times)),
     Section("ranks", "Ranks", rank_detail),
+    Section("details", "Details", _details),
     Section("gpu", "GPU counters and memory", lambda c: gpu_section(c.job) or None),
     Section("notes", "Notes", _notes),
 ]
 """The report's sections in page order; a new figure is one more entry here."""
+
+
+def _answer(context: ReportContext) -> str:
+    """The top of the page: whose steps, the verdict with its confidence, the step."""
+    job = context.job
+    facts = " · ".join(origin_facts(job, context.origin))
+    calm = "" if job.findings and job.findings[0].severity.order >= 2 else " calm"
+    return (
+        f"<header><h1>{escape(report_title(job, context.origin))}</h1>"
+        f'<p class="origin">{escape(facts)}</p></header>'
+        f'<section id="verdict"><p class="verdict{calm}">{escape(verdict_sentence(job))}</p>'
+        f"{step_overview(job)}</section>"
+    )
 
 
 def render_report(
@@ -161,14 +210,16 @@ def render_report(
     merged: Mapping[int, Sequence[str]] | None = None,
     merged_selection: str = "",
     extra_section: str = "",
+    origin: ReportOrigin | None = None,
 ) -> str:
     """The whole report page as an HTML string.
 
     `merged` maps the ranks whose full traces are in the merged trace to why they were
     chosen, and `merged_selection` is the selection's one-line description; the analysis
-    Job knows both from its plan. `extra_section` (trusted HTML, e.g. the comparison
-    `stepscope diff` makes) goes right after the facts."""
-    context = ReportContext(job, merged=merged, merged_selection=merged_selection)
+    Job knows both from its plan. `origin` names the target, session and capture time for
+    the title (None: a folder analysed offline, named by its traces). `extra_section`
+    (trusted HTML, e.g. the comparison `stepscope diff` makes) goes right after the verdict."""
+    context = ReportContext(job, merged=merged, merged_selection=merged_selection, origin=origin)
     body = []
     for section in SECTIONS:
         html = section.render(context)
@@ -178,8 +229,8 @@ def render_report(
             )
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-        f"<title>stepscope report: {job.world_size} ranks</title><style>{STYLE}</style></head>"
-        f"<body><h1>stepscope report: {job.world_size} rank(s)</h1>{_facts(job)}{extra_section}"
-        + "".join(body)
-        + "</body></html>\n"
+        f'<meta http-equiv="Content-Security-Policy" content="{CONTENT_SECURITY_POLICY}">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{escape(report_title(job, origin))}</title><style>{STYLE}</style></head>"
+        f"<body>{_answer(context)}{extra_section}" + "".join(body) + "</body></html>\n"
     )

@@ -23,7 +23,7 @@ def _header() -> str:
         "<tr><th>rank</th><th>named for</th><th>node</th><th>step ms</th>"
         + "".join(f"<th>{escape(label)} %</th>" for label in CATEGORY_LABELS.values())
         + "<th>overlapped comm %</th><th>arrival lag ms</th><th>lateness p</th>"
-        + "<th>offset us</th></tr>"
+        + "<th>clock offset µs</th></tr>"
     )
 
 
