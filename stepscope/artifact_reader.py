@@ -11,12 +11,15 @@ e.g. ``$(kubectl create token <service-account> --audience stepscope-artifacts)`
 kubeconfig context's.
 
 The operator is found at ``--operator-url`` (or ``STEPSCOPE_OPERATOR_URL``); its certificate
-is checked against ``--ca-file`` (or ``STEPSCOPE_OPERATOR_CA``), else the system trust store.
-A token is never sent over plain HTTP.
+is checked against ``--ca-file`` (or ``STEPSCOPE_OPERATOR_CA``), else the system trust store,
+and for the URL's host, or for ``--tls-server-name`` (``STEPSCOPE_OPERATOR_TLS_SERVER_NAME``)
+when the URL is a port-forward's address (`stepscope.artifact_tls`). A token is never sent
+over plain HTTP.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import shlex
@@ -31,6 +34,12 @@ from pathlib import Path
 import yaml
 
 from stepscope.artifact_links import ArtifactLinks, links_path, readable_artifact
+from stepscope.artifact_tls import (
+    certificate_names,
+    https_opener,
+    is_name_mismatch,
+    suggested_server_name,
+)
 
 TOKEN_ENV = "STEPSCOPE_TOKEN"
 TOKEN_AUDIENCE_ENV = "STEPSCOPE_TOKEN_AUDIENCE"
@@ -38,12 +47,18 @@ TOKEN_AUDIENCE_ENV = "STEPSCOPE_TOKEN_AUDIENCE"
 TOKEN_DURATION = "10m"
 OPERATOR_URL_ENV = "STEPSCOPE_OPERATOR_URL"
 OPERATOR_CA_ENV = "STEPSCOPE_OPERATOR_CA"
+OPERATOR_TLS_SERVER_NAME_ENV = "STEPSCOPE_OPERATOR_TLS_SERVER_NAME"
 REQUEST_TIMEOUT_S = 30.0
 DOWNLOAD_CHUNK_BYTES = 1024 * 1024
 
 
 class ArtifactReadError(Exception):
     """Links could not be obtained or used; the message says why and what to do."""
+
+
+class ServerNameMismatch(ArtifactReadError):
+    """The endpoint's certificate is valid but names another host than the one checked: a
+    setting to change (--tls-server-name, or the chart's names), not a fault to retry."""
 
 
 def kubeconfig_namespace(environ: dict[str, str] | None = None) -> str | None:
@@ -106,9 +121,15 @@ def _context(entries: list[dict] | None, name: str) -> dict:
 
 
 def fetch_links(
-    operator_url: str, namespace: str, name: str, token: str, ca_file: Path | None = None
+    operator_url: str,
+    namespace: str,
+    name: str,
+    token: str,
+    ca_file: Path | None = None,
+    tls_server_name: str | None = None,
 ) -> ArtifactLinks:
-    """Ask the operator for links to one session's artifacts, as the owner of `token`."""
+    """Ask the operator for links to one session's artifacts, as the owner of `token`; its
+    certificate is checked for `tls_server_name` when given, else for the URL's host."""
     if urllib.parse.urlsplit(operator_url).scheme != "https":
         raise ArtifactReadError(
             f"--operator-url {operator_url!r} must start with https://: the request carries "
@@ -118,17 +139,55 @@ def fetch_links(
         operator_url.rstrip("/") + links_path(namespace, name),
         headers={"Authorization": f"Bearer {token}", "Accept": "application/json"},
     )
-    context = ssl.create_default_context(cafile=str(ca_file) if ca_file else None)
+    cafile = str(ca_file) if ca_file else None
+    opener = https_opener(ssl.create_default_context(cafile=cafile), tls_server_name)
     try:
-        with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_S, context=context) as reply:
+        with opener.open(request, timeout=REQUEST_TIMEOUT_S) as reply:
             return ArtifactLinks.model_validate_json(reply.read())
     except urllib.error.HTTPError as exc:
         raise ArtifactReadError(f"refused ({exc.code}): {_error_text(exc)}") from exc
-    except (urllib.error.URLError, OSError) as exc:
+    except urllib.error.URLError as exc:
+        if is_name_mismatch(exc.reason):
+            raise _server_name_mismatch(operator_url, cafile, tls_server_name) from exc
         raise ArtifactReadError(
             f"cannot reach the operator at {operator_url} ({exc}); check --operator-url and "
             "--ca-file"
         ) from exc
+    except OSError as exc:
+        raise ArtifactReadError(
+            f"cannot reach the operator at {operator_url} ({exc}); check --operator-url and "
+            "--ca-file"
+        ) from exc
+
+
+def _server_name_mismatch(
+    operator_url: str, cafile: str | None, tls_server_name: str | None
+) -> ServerNameMismatch:
+    """The one-line error for a certificate that names other hosts, naming the flag to pass
+    (with the name the certificate holds) and, for the URL's own host, the chart value that
+    would add it."""
+    url = urllib.parse.urlsplit(operator_url)
+    checked = tls_server_name or url.hostname or ""
+    held = certificate_names(url.hostname or "", url.port or 443, cafile)
+    suggested = suggested_server_name([n for n in held if n != checked])
+    holds = f"names {', '.join(held)}" if held else "names other hosts"
+    name = suggested or "<a name it holds, for the chart's Service <fullname>-webhook.<ns>.svc>"
+    fix = f"pass --tls-server-name {name}"
+    if tls_server_name is None:
+        value = "extraIpAddresses" if _is_address(checked) else "extraDnsNames"
+        fix += f" (as through kubectl port-forward), or add {checked} to artifacts.tls.{value}"
+        fix += " in the chart's values"
+    return ServerNameMismatch(
+        f"the certificate at {operator_url} is valid but {holds}, not {checked}: {fix}"
+    )
+
+
+def _is_address(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
 
 
 def _error_text(exc: urllib.error.HTTPError) -> str:

@@ -16,16 +16,20 @@ from pathlib import Path
 from stepscope.artifact_links import DEFAULT_TOKEN_AUDIENCE
 from stepscope.artifact_reader import (
     OPERATOR_CA_ENV,
+    OPERATOR_TLS_SERVER_NAME_ENV,
     OPERATOR_URL_ENV,
     TOKEN_AUDIENCE_ENV,
     TOKEN_DURATION,
     TOKEN_ENV,
     ArtifactReadError,
+    ServerNameMismatch,
     download_all,
     fetch_links,
     kubeconfig_namespace,
     service_account_token,
 )
+from stepscope.artifact_tls import SERVER_NAME
+from stepscope.cli.inputs import INPUT_ERROR_EXIT
 from stepscope.storage import SessionArtifact
 
 OPENABLE = {"report": SessionArtifact.REPORT.value, "trace": SessionArtifact.MERGED_TRACE.value}
@@ -38,13 +42,17 @@ token issued for its artifact endpoint's audience for presigned links valid a fe
 The endpoint's https URL comes from --operator-url or ${OPERATOR_URL_ENV}.
 The chart serves it on the operator's Service, port artifacts.port (default 8443),
 exposed as your cluster exposes internal HTTPS services: your platform team knows
-the URL and hands out the CA that signed it, for --ca-file."""
+the URL and hands out the CA that signed it, for --ca-file. Through kubectl
+port-forward, pass --tls-server-name with the Service's name, which the chart's
+certificate holds (<fullname>-webhook.<namespace>.svc)."""
 EXAMPLES = """\
 examples:
   stepscope artifacts llama-ft-1 -n team-a                      # list the links
   stepscope artifacts llama-ft-1 -n team-a --open report        # report.html in a browser
   stepscope artifacts llama-ft-1 -n team-a --download ./llama   # every artifact
   stepscope artifacts llama-ft-1 --service-account reader       # make the token with kubectl
+  stepscope artifacts llama-ft-1 -n team-a --operator-url https://127.0.0.1:8443 \\
+    --tls-server-name stepscope-webhook.stepscope-system.svc    # through kubectl port-forward
   kubectl stepscope artifacts llama-ft-1 -n team-a              # the same, as a kubectl plugin"""
 
 
@@ -79,6 +87,16 @@ def add_artifacts_command(commands: argparse._SubParsersAction) -> None:
         help=f"CA that signed the endpoint's certificate (default ${OPERATOR_CA_ENV}, else the "
         "system trust store)",
     )
+    command.add_argument(
+        "--tls-server-name",
+        type=_server_name,
+        default=os.environ.get(OPERATOR_TLS_SERVER_NAME_ENV) or None,
+        metavar="NAME",
+        help="check the endpoint's certificate for NAME while connecting to --operator-url's "
+        "host, as kubectl's flag does: through `kubectl port-forward` the URL is "
+        "https://127.0.0.1:PORT and NAME the Service's <fullname>-webhook.<namespace>.svc "
+        f"(default ${OPERATOR_TLS_SERVER_NAME_ENV})",
+    )
     audience = os.environ.get(TOKEN_AUDIENCE_ENV) or DEFAULT_TOKEN_AUDIENCE
     token = command.add_mutually_exclusive_group()
     token.add_argument(
@@ -105,9 +123,21 @@ def add_artifacts_command(commands: argparse._SubParsersAction) -> None:
     command.set_defaults(handler=cmd_artifacts)
 
 
+def _server_name(value: str) -> str:
+    if not SERVER_NAME.fullmatch(value):
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a host name or address, e.g. stepscope-webhook.stepscope-system.svc"
+        )
+    return value
+
+
 def cmd_artifacts(args: argparse.Namespace) -> int:
     try:
         return _run(args)
+    except ServerNameMismatch as error:
+        # A setting to change, not a fault to retry: the status of a usage error.
+        print(f"stepscope artifacts: {error}", file=sys.stderr)
+        return INPUT_ERROR_EXIT
     except ArtifactReadError as error:
         print(f"stepscope artifacts: {error}", file=sys.stderr)
         return 1
@@ -131,7 +161,9 @@ def _run(args: argparse.Namespace) -> int:
             f"create token NAME --audience {args.audience}`), or pass --token or set {TOKEN_ENV} "
             f"to a token issued for the audience {args.audience}"
         )
-    links = fetch_links(args.operator_url, namespace, args.session, token, args.ca_file)
+    links = fetch_links(
+        args.operator_url, namespace, args.session, token, args.ca_file, args.tls_server_name
+    )
     if args.open:
         link = links.find(OPENABLE[args.open])
         if link is None:
