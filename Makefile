@@ -83,6 +83,7 @@ docs-examples: venv binaries
 	$(PY) -m stepscope_dev.describe_example
 	$(PY) -m stepscope_dev.hang_example
 	$(PY) -m stepscope_dev.diff_example
+	$(PY) -m stepscope_dev.report_picture
 
 lint: venv
 	$(VENV)/bin/ruff check stepscope operator agent_image dev tests bench
