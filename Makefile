@@ -53,7 +53,7 @@ TEST_WORKERS ?= 3
 test: venv binaries node-images browser
 	$(VENV)/bin/pytest -ra --durations=15 -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder
 
-test-unit: venv
+test-unit: venv browser
 	$(VENV)/bin/pytest -ra tests/unit
 
 # Pods on a real kubelet + containerd, images built from our Dockerfiles: the node's own tests

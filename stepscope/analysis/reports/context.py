@@ -61,6 +61,12 @@ class ReportContext:
     origin: ReportOrigin | None = None
 
     @property
+    def offline(self) -> bool:
+        """Made by `stepscope analyze` or `diff` from a folder: no caller named the job and
+        no analysis Job chose the merged trace's ranks."""
+        return self.origin is None and self.merged is None
+
+    @property
     def small(self) -> bool:
         return len(self.job.ranks) <= SMALL_JOB_RANKS
 

@@ -195,10 +195,10 @@ SECTIONS: list[Section] = [
 def _answer(context: ReportContext) -> str:
     """The top of the page: whose steps, the verdict with its confidence, the step."""
     job = context.job
-    facts = " · ".join(origin_facts(job, context.origin))
+    facts = " · ".join(origin_facts(job, context.origin, context.offline))
     calm = "" if job.findings and job.findings[0].severity.order >= 2 else " calm"
     return (
-        f"<header><h1>{escape(report_title(job, context.origin))}</h1>"
+        f"<header><h1>{escape(report_title(job, context.origin, context.offline))}</h1>"
         f'<p class="origin">{escape(facts)}</p></header>'
         f'<section id="verdict"><p class="verdict{calm}">{escape(verdict_sentence(job))}</p>'
         f"{step_overview(job)}</section>"
@@ -231,6 +231,7 @@ def render_report(
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f'<meta http-equiv="Content-Security-Policy" content="{CONTENT_SECURITY_POLICY}">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>{escape(report_title(job, origin))}</title><style>{STYLE}</style></head>"
+        f"<title>{escape(report_title(job, origin, context.offline))}</title>"
+        f"<style>{STYLE}</style></head>"
         f"<body>{_answer(context)}{extra_section}" + "".join(body) + "</body></html>\n"
     )

@@ -65,22 +65,24 @@ def _utc(moment: datetime) -> str:
     return aware.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
-def report_title(job: JobSummary, origin: ReportOrigin | None) -> str:
-    """What the report is of: the target, else the folder, else the rank count."""
-    subject = (origin.target or origin.session) if origin else _folder(job)
+def report_title(job: JobSummary, origin: ReportOrigin | None, offline: bool = True) -> str:
+    """What the report is of: the target or session, else (`offline`, a folder analysed by
+    `stepscope analyze`) the folder, else the rank count. An analysis Job's traces sit in
+    the session's storage folder, whose name is a uid, not something a person named."""
+    subject = (origin.target or origin.session) if origin else (_folder(job) if offline else "")
     if subject:
         return f"{subject}: stepscope report"
     return f"stepscope report: {job.world_size} ranks"
 
 
-def origin_facts(job: JobSummary, origin: ReportOrigin | None) -> list[str]:
+def origin_facts(job: JobSummary, origin: ReportOrigin | None, offline: bool = True) -> list[str]:
     """The line under the title: session, capture time, folder, ranks and window."""
     facts = []
     if origin and origin.session:
         facts.append(f"session {origin.session}")
     if origin and origin.captured_at:
         facts.append(f"captured {_utc(origin.captured_at)}")
-    if origin is None and _folder(job):
+    if origin is None and offline and _folder(job):
         facts.append(f"traces in folder {_folder(job)}")
     facts.append(f"{job.world_size} rank" + ("" if job.world_size == 1 else "s"))
     window = window_text(job)

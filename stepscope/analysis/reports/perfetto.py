@@ -13,7 +13,6 @@ from __future__ import annotations
 from html import escape
 
 from stepscope.analysis.reports.context import ReportContext
-from stepscope.analysis.reports.origin import ReportOrigin
 from stepscope.storage import SessionArtifact
 
 # Named, not linked: the page holds no URL at all, so that it plainly reaches nowhere.
@@ -21,12 +20,19 @@ PERFETTO_UI = "ui.perfetto.dev"
 MERGED_TRACE = SessionArtifact.MERGED_TRACE.value
 
 
-def _fetch_step(origin: ReportOrigin | None) -> str:
+def _fetch_step(context: ReportContext) -> str:
     """Where the file is: beside the report, or behind the session's artifact links."""
-    if origin is None or not origin.session:
+    origin = context.origin
+    if context.offline:
         return (
             f"<li>Find <code>{MERGED_TRACE}</code>: <code>stepscope analyze</code> writes it "
             "beside this report.</li>"
+        )
+    if origin is None or not origin.session:
+        return (
+            f"<li>Download <code>{MERGED_TRACE}</code>: <code>stepscope artifacts SESSION -n "
+            "NAMESPACE --download DIR</code> (or <code>--open trace</code>, which opens its "
+            "short-lived link so the browser saves it).</li>"
         )
     namespace, _, name = origin.session.rpartition("/")
     where = f" -n {namespace}" if namespace else ""
@@ -50,7 +56,7 @@ def perfetto_section(context: ReportContext) -> str:
         f"<p>The merged trace <code>{MERGED_TRACE}</code> puts every rank's steps on one "
         "aligned clock: each rank is a process named “rank N”, so a late rank shows as "
         "the row whose collectives start last.</p><ol>"
-        + _fetch_step(context.origin)
+        + _fetch_step(context)
         + f"<li>Go to <strong>{PERFETTO_UI}</strong> and choose "
         "<strong>Open trace file</strong> (Perfetto reads the file in the browser; nothing "
         "is uploaded).</li>"
