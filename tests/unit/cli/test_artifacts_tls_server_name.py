@@ -5,8 +5,8 @@ A real HTTPS server on loopback serves a certificate that names the chart's Serv
 way the chart's generated certificate does. Without the flag the command stops at the
 handshake with one line naming the flag, the name to pass and the chart value, exit 2, and the
 token never leaves the machine; with it the request arrives carrying the token. Nothing else is
-relaxed: the chain must still lead to --ca-file. (The real operator behind such a certificate:
-tests/integration/operator/test_artifact_access_server_name.py.)
+relaxed: the chain must still lead to --ca-file. (The chart's operator behind a real
+port-forward: tests/integration/realnode/test_report_from_a_laptop.py.)
 """
 
 from __future__ import annotations
