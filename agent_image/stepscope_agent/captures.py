@@ -122,6 +122,14 @@ class CaptureBook:
                 setattr(status, name, value)
             return capture
 
+    def finished(self, capture_id: str) -> bool:
+        """Whether every rank of the capture has reached a final state."""
+        with self._lock:
+            capture = self._captures.get(capture_id)
+            return capture is not None and all(
+                r.state in FINAL_STATES for r in capture.ranks.values()
+            )
+
     def rank_gone(self, rank: int, last_step: int | None) -> None:
         """The trainer of ``rank`` disconnected: the process ended or crashed."""
         where = f"at step {last_step}" if last_step is not None else "before its first step"

@@ -90,7 +90,7 @@ def publish_rank(
 ) -> PublishResult:
     grants = request.grants_for(artifacts.rank)
     try:
-        _make_work_dir(work_dir)
+        work_dir.mkdir(parents=True, exist_ok=True)
         files, summary = write_artifacts(
             request.capture_id, request.tier, artifacts, samples, work_dir
         )
@@ -119,22 +119,15 @@ def publish_rank(
         shutil.rmtree(work_dir, ignore_errors=True)
         if artifacts.trace_file is not None:
             artifacts.trace_file.unlink(missing_ok=True)
-        with contextlib.suppress(OSError):  # the capture's folder, once its last rank is done
-            work_dir.parent.rmdir()
 
 
-def _make_work_dir(work_dir: Path) -> None:
-    """Make the rank's work folder. Another rank of the pod, publishing at the same time,
-    removes the capture's folder once it is empty (see publish_rank's clean-up); when that
-    lands between the two steps of mkdir(parents=True) the folder is made again, instead of
-    the error leaving this rank "uploading" for ever (seen at 8 ranks per pod)."""
-    for _ in range(3):
-        try:
-            work_dir.mkdir(parents=True, exist_ok=True)
-            return
-        except FileNotFoundError:
-            continue
-    work_dir.mkdir(parents=True, exist_ok=True)
+def remove_capture_folder(folder: Path) -> None:
+    """Remove a capture's folder in the outbox once every rank of the pod has finished it.
+    Not sooner: trainers export into it and ranks make their work folders in it, and a
+    removal between another rank's mkdir and its write lost that rank's artifacts (seen at
+    8 ranks per pod). Left in place when something is still in it."""
+    with contextlib.suppress(OSError):
+        folder.rmdir()
 
 
 def _upload(files: dict[str, Path], grants: RankGrants, result: PublishResult) -> None:

@@ -31,7 +31,7 @@ from stepscope_agent.captures import Capture, CaptureBook
 from stepscope_agent.hang_dumps import HangDumps
 from stepscope_agent.http_api import serve_http
 from stepscope_agent.nvml_sampling import NvmlSampler
-from stepscope_agent.publishing import FinishedWindow, publish_rank
+from stepscope_agent.publishing import FinishedWindow, publish_rank, remove_capture_folder
 from stepscope_agent.registry import RankLink, RankRegistry
 from stepscope_agent.sidecar_settings import SettingsError, SidecarSettings
 
@@ -206,8 +206,8 @@ class Agent:
 
     def _publish(self, capture: Capture, artifacts: FinishedWindow, samples: list) -> None:
         request = capture.request
-        work_dir = self.outbox / request.capture_id / f"rank-{artifacts.rank}.work"
-        result = publish_rank(request, artifacts, samples, work_dir)
+        folder = self.outbox / request.capture_id
+        result = publish_rank(request, artifacts, samples, folder / f"rank-{artifacts.rank}.work")
         state = CaptureState.DONE if result.ok else CaptureState.FAILED
         self.book.update(
             request.capture_id,
@@ -219,6 +219,8 @@ class Agent:
             failure=result.failure,
             reason=result.reason,
         )
+        if self.book.finished(request.capture_id):
+            remove_capture_folder(folder)
         log.info(
             "capture %s rank %d %s%s",
             request.capture_id,
