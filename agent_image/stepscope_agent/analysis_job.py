@@ -33,6 +33,7 @@ from stepscope.analysis.reading.counters import (
 )
 from stepscope.analysis.reports.html import render_report
 from stepscope.analysis.reports.merged_trace import write_merged_trace
+from stepscope.analysis.reports.origin import ReportOrigin
 from stepscope.analysis.reports.rank_track import all_ranks_track
 from stepscope.api.analysis_job import (
     MAX_RESULT_NOTES,
@@ -75,7 +76,8 @@ def build_artifacts(plan: AnalysisPlan, job: JobSummary, workdir: Path) -> Analy
     result = AnalysisResult()
     report = workdir / "report.html"
     merged = {trace.rank: trace.reasons for trace in plan.traces}
-    report.write_text(render_report(job, merged, plan.selection), encoding="utf-8")
+    origin = ReportOrigin(target=plan.target, session=plan.session, captured_at=plan.captured_at)
+    report.write_text(render_report(job, merged, plan.selection, origin=origin), encoding="utf-8")
     upload_file(report, plan.report)
     result.report_written = True
     if plan.merged_trace is None:

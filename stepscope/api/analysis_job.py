@@ -12,6 +12,8 @@ within `MAX_RESULT_BYTES`, like any other tenant-written object.
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from pydantic import Field
 
 from stepscope.api.agent import ArtifactGrant, WireModel
@@ -44,7 +46,13 @@ class AnalysisPlan(WireModel):
     """What the analysis Job reads and writes; made by the operator for one session."""
 
     schema_version: int = PLAN_SCHEMA_VERSION
-    session: str = Field(description="namespace/name of the ProfileSession, for logs.")
+    session: str = Field(
+        description="namespace/name of the ProfileSession, for logs and the report's title."
+    )
+    target: str = Field("", description="The profiled job (pytorchjob/llama-ft), for the title.")
+    captured_at: datetime | None = Field(
+        None, description="When the session's capture window opened, for the report's title."
+    )
     summary_url: str = Field(description="Presigned GET of the job summary (summary.json).")
     traces: list[TraceInput] = Field(default_factory=list)
     selection: str = Field("", description="Which ranks are in the merged trace, and why.")

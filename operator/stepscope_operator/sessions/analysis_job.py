@@ -11,6 +11,7 @@ service-account token: one presigned GET of its plan is all it is given
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from stepscope.analysis.merging.trace_selection import MergeSelection
@@ -51,12 +52,16 @@ def build_analysis_plan(
     report: ArtifactGrant,
     result: ArtifactGrant,
     counter_urls: dict[int, str] | None = None,
+    target: str = "",
+    captured_at: datetime | None = None,
 ) -> AnalysisPlan:
     """The plan for the chosen ranks; `trace_urls` maps rank -> (s3 URI, presigned GET),
     `counter_urls` rank -> presigned GET of its counters.json."""
     reasons = selection.reasons_by_rank()
     return AnalysisPlan(
         session=session,
+        target=target,
+        captured_at=captured_at,
         summary_url=summary_url,
         traces=[
             TraceInput(

@@ -62,6 +62,10 @@ class SessionIdentity:
     namespace: str
     name: str
     uid: str
+    # For the report's title: the profiled job (e.g. "pytorchjob/llama-ft") and when its
+    # window opened.
+    target: str = ""
+    captured_at: datetime | None = None
 
 
 @dataclass
@@ -142,6 +146,8 @@ def _write_plan(
         ),
         post_grant(buckets, result_key, lifetime, now, MAX_RESULT_BYTES, "application/json"),
         counter_urls,
+        target=session.target,
+        captured_at=session.captured_at,
     )
     plan_key = session_key(prefix, SessionArtifact.ANALYSIS_PLAN)
     buckets.put_bytes(plan_key, plan.model_dump_json(by_alias=True).encode(), "application/json")

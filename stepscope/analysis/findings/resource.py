@@ -71,13 +71,13 @@ def host_overhead(job: JobSummary) -> Finding | None:
         numbers |= {"launches_per_step": launches, "launch_gap_median_us": gap}
         detail = (
             f"the GPU waits while the host launches kernels ({stalled_ms:.1f} ms; "
-            f"{launches:.0f} launches per step, {gap:.0f} us apart)"
+            f"{launches:.0f} launches per step, {gap:.0f} µs apart)"
         )
     else:
         threshold = job.ranks[0].host.short_op_threshold_us
         detail = (
             f"the main thread is between ops ({stalled_ms:.1f} ms), with {short_ops:.0f} ops "
-            f"under {threshold:.0f} us per step"
+            f"under {threshold:.0f} µs per step"
         )
     return Finding(
         id="launch-bound" if on_gpu else "host-overhead",

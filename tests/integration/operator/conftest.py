@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime
 
 import pytest
 from support import wait_until
@@ -94,4 +95,5 @@ def analysis_session(local_cluster, session_crds, namespace, pod_runner):
         f"ServiceAccount {namespace}/default",
     )
     api = k8s_config.new_client_from_config(config_file=str(local_cluster.kubeconfig))
-    return KubeApi(api), SessionIdentity(namespace, name, uid)
+    captured_at = datetime(2026, 12, 1, 9, 30, tzinfo=UTC)
+    return KubeApi(api), SessionIdentity(namespace, name, uid, "pytorchjob/train", captured_at)

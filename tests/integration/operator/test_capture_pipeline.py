@@ -222,7 +222,10 @@ def test_capture_pipeline_from_probe_to_published_artifacts(local_cluster, pod, 
     for rank in (0, 1):
         assert keys[f"{prefix}rank-{rank}/trace.json.gz"] > 0
     report = buckets.get_bytes(f"{prefix}report.html").decode()
-    assert "stepscope report: 2 rank(s)" in report
+    # The title names the job; the line under it the session and when it was captured.
+    assert "<title>pytorchjob/train: stepscope report</title>" in report
+    assert f"session {session.namespace}/{session.name}" in report
+    assert "captured 2026-12-01 09:30 UTC" in report
     # The Job hands its plan's selection to the report: which ranks are in the merged trace.
     assert "Merged trace: full traces of ranks" in report and 'id="lag-heatmap"' in report
     merged = json.loads(gzip.decompress(buckets.get_bytes(f"{prefix}merged.trace.json.gz")))

@@ -16,7 +16,7 @@ from stepscope_operator.settings import load_settings
 
 from stepscope.analysis.merging.trace_selection import ChosenRank, MergeSelection
 from stepscope.api.agent import ArtifactGrant
-from stepscope.api.analysis_job import ANALYSIS_JOB_COMMAND, PLAN_URL_ENV
+from stepscope.api.analysis_job import ANALYSIS_JOB_COMMAND, PLAN_URL_ENV, AnalysisPlan
 
 UID = "3f2a9c1e-0000-4000-8000-000000000000"
 
@@ -77,7 +77,20 @@ def test_plan_lists_the_chosen_ranks_with_their_reasons():
         world_size=16,
     )
     urls = {r: (f"s3://b/rank-{r}/trace.json.gz", f"https://s3/get/{r}") for r in (0, 5)}
-    plan = build_analysis_plan("ns/s", "https://s3/summary", selection, urls, grant, grant, grant)
+    plan = build_analysis_plan(
+        "ns/s",
+        "https://s3/summary",
+        selection,
+        urls,
+        grant,
+        grant,
+        grant,
+        target="pytorchjob/llama-ft",
+        captured_at=now,
+    )
+    # The Job titles its report with them; they travel in the plan it reads.
+    read_back = AnalysisPlan.model_validate_json(plan.model_dump_json(by_alias=True))
+    assert (read_back.target, read_back.captured_at) == ("pytorchjob/llama-ft", now)
     assert [(t.rank, t.reasons, t.get_url) for t in plan.traces] == [
         (0, ["rank 0"], "https://s3/get/0"),
         (5, ["straggler"], "https://s3/get/5"),
