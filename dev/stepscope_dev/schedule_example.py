@@ -24,7 +24,7 @@ import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -33,13 +33,14 @@ from kubernetes import config as k8s_config
 from stepscope_operator.context import OperatorContext
 from stepscope_operator.kubeapi import KubeApi
 from stepscope_operator.schedules.flow import reconcile_schedule
-from stepscope_operator.schedules.scheduling import SCHEDULE_LABEL
+from stepscope_operator.schedules.scheduling import SCHEDULE_LABEL, every_of
 from stepscope_operator.sessions.collecting import write_job_summary
 from stepscope_operator.sessions.status import final_phase, summary_from_job
 from stepscope_operator.settings import load_settings
 from stepscope_operator.storage.buckets import connect_buckets
 
 from stepscope.analysis.model.job_summary import JobSummary
+from stepscope.api.schedule import ProfileScheduleSpec
 from stepscope.api.session import API_VERSION
 from stepscope.api.session_status import ProfileSessionStatus, RanksStatus, StatusWindow
 from stepscope.storage import session_prefix
@@ -76,7 +77,6 @@ SCHEDULE: dict[str, Any] = {
         },
     },
 }
-EVERY = timedelta(seconds=30)
 
 # What the README keeps of the describe output (see describe_example.excerpt).
 KEPT: tuple[tuple[str, ...], ...] = (
@@ -218,7 +218,9 @@ def play_schedule(
     cluster.kubectl("create", "-f", "-", input=json.dumps(schedule))
     # The schedule object is created now, long after the recorded ticks: its status says
     # the tick before the first was handled, so the first recorded tick is the one due.
-    first = sessions[0].tick - EVERY
+    interval = every_of(ProfileScheduleSpec.model_validate(SCHEDULE["spec"]))
+    assert interval is not None, "the example schedule ticks at an interval"
+    first = sessions[0].tick - interval
     status = {"lastTickTime": first.isoformat().replace("+00:00", "Z")}
     cluster.kubectl(
         "patch", "profileschedule", NAME, "-n", namespace, "--subresource=status",
