@@ -84,9 +84,12 @@ docs-examples: venv binaries
 	$(PY) -m stepscope_dev.hang_example
 	$(PY) -m stepscope_dev.diff_example
 	$(PY) -m stepscope_dev.report_picture
+	$(PY) -m stepscope_dev.schedule_example
+	$(PY) -m stepscope_dev.reference_docs
 
 lint: venv
 	$(VENV)/bin/ruff check stepscope operator agent_image dev tests bench
 	$(VENV)/bin/ruff format --check stepscope operator agent_image dev tests bench
 	$(PY) -m stepscope.api.crdgen --check
+	$(PY) -m stepscope_dev.reference_docs --check
 	$(VENV)/bin/lint-imports

@@ -1,6 +1,6 @@
 """Reading a session's artifacts: which keys a reader may get, and the wire shape of the links.
 
-Artifacts are read only through the operator (DESIGN §10, docs/security.md "Reading
+Artifacts are read only through the operator (DESIGN §10, docs/operations/security.md "Reading
 artifacts"): a caller who may ``get`` a ProfileSession receives short-lived presigned GET links
 for that session's artifacts and for nothing else. This module is the pure part that the
 operator's endpoint and the ``stepscope artifacts`` command share: the URL path, the reply
@@ -26,11 +26,11 @@ stepscope-artifacts``). The endpoint's TokenReview asks for it, so a token meant
 server, e.g. any pod's own service-account token, is refused; and a token sent here is no
 use against the API server. The operator's setting and the command's flag default to it."""
 
-# Named one by one, so a file added to the layout is unreadable until it is listed here (and in
-# docs/security.md, "What the links cover", which a test compares). Never readable: the plan
-# records (the operator's restart state with pod addresses and capture id, and the analysis
-# Job's plan, whose upload grants would let a reader overwrite the report) and the Job's answer
-# to the operator.
+# Named one by one, so a file added to the layout is unreadable until it is listed here (and
+# in docs/operations/security.md, "What the links cover", which a test compares). Never
+# readable: the plan records (the operator's restart state with pod addresses and capture
+# id, and the analysis Job's plan, whose upload grants would let a reader overwrite the
+# report) and the Job's answer to the operator.
 READABLE_SESSION_ARTIFACTS: tuple[SessionArtifact, ...] = (
     SessionArtifact.REPORT,
     SessionArtifact.SUMMARY,
