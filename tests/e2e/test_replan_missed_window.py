@@ -1,5 +1,10 @@
-"""Steps too fast for the arm: the ranks pass the planned start step before their agents are
-armed, the operator re-plans further ahead (an Event says so) and the session succeeds."""
+"""Real DDP steps of ~13 ms and a session asking for no lead: the operator plans the window
+one probe round trip ahead, so the ranks may pass its start before their agents are armed,
+and then it re-plans further ahead. Whether they do depends on the machine's timing, so this
+test asks only that the session succeeds over a window that status and plan.json agree on,
+with every re-plan recorded; that a missed start is re-planned is shown deterministically
+against the real operator and sidecars in
+tests/integration/operator/test_missed_start_replanned.py."""
 
 from __future__ import annotations
 
@@ -30,7 +35,7 @@ def tight_operator(e2e_platform, tmp_path) -> Iterator[OperatorProcess]:
     print(process.logs()[-8000:])
 
 
-def test_missed_start_is_replanned_and_succeeds(e2e_platform, namespace, tight_operator):
+def test_a_window_with_no_lead_on_fast_steps_succeeds(e2e_platform, namespace, tight_operator):
     cluster = e2e_platform.cluster
     apply(
         cluster,
@@ -57,8 +62,7 @@ def test_missed_start_is_replanned_and_succeeds(e2e_platform, namespace, tight_o
     events = session_events(cluster, namespace, "fast-profile")
     replans = [e for e in events if e["reason"] == "Replanned"]
     print(*(f"{e['reason']}: {e['message']}" for e in events), sep="\n")
-    assert replans, (status, [(e["reason"], e["message"]) for e in events])
-    assert "before their agents were armed" in replans[0]["message"]
+    assert all("before their agents were armed" in e["message"] for e in replans), replans
     assert status["phase"] == "Succeeded", json.dumps(status, indent=1)
     assert status["ranks"]["captured"] == 4
 
@@ -69,7 +73,8 @@ def test_missed_start_is_replanned_and_succeeds(e2e_platform, namespace, tight_o
         s3.get_object(Bucket=cluster.s3_bucket, Key=prefix + "plan.json")["Body"].read()
     )
     assert len(plan["missed_windows"]) == len(replans)
-    assert plan["capture_id"].endswith(f"-r{len(replans)}")
+    if replans:
+        assert plan["capture_id"].endswith(f"-r{len(replans)}")
     window = status["window"]
     assert (window["startStep"], window["endStep"]) == (
         plan["plan"]["start_step"],
