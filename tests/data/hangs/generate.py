@@ -16,11 +16,8 @@ is stopped by its PID (each torchrun in a session of its own, stopped with its w
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -29,6 +26,7 @@ import uuid
 from pathlib import Path
 
 from stepscope_dev.agent_calls import signed_call
+from stepscope_dev.local_ranks import start_sidecar, start_trainer, stop_trainer
 from stepscope_dev.net import free_port
 from stepscope_operator.agents.signing import AgentKeyring
 
@@ -37,7 +35,6 @@ from stepscope.api.hang_dump import HANG_DUMPS_PATH, PodHangDumps
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[2]
 JOB_SCRIPT = REPO / "tests" / "e2e" / "ddp_job.py"
-HOOK_DIR = REPO / "agent_image" / "hook"
 OUT = HERE / "missing_rank"
 NAMESPACE = "default"
 # A PyTorchJob's pods in rank order, one rank each: the master is rank 0.
@@ -51,41 +48,12 @@ STUCK_FOR_S = 5.0
 DUMP_TIMEOUT_S = 20
 
 
-def start_sidecar(
-    pod: str, uid: str, directory: Path, keyring: AgentKeyring, port: int
-) -> subprocess.Popen:
-    env = dict(
-        os.environ,
-        STEPSCOPE_AGENT_DIR=str(directory),
-        STEPSCOPE_AGENT_TRUSTED_KEYS=keyring.trusted_keys_text(),
-        # Nothing is uploaded: the requests carry no grants, and nothing listens here.
-        STEPSCOPE_STORAGE_ENDPOINT="http://127.0.0.1:9",
-        STEPSCOPE_AGENT_HOST="127.0.0.1",
-        STEPSCOPE_AGENT_PORT=str(port),
-        STEPSCOPE_POD_NAME=pod,
-        STEPSCOPE_POD_NAMESPACE=NAMESPACE,
-        STEPSCOPE_POD_UID=uid,
-        STEPSCOPE_NODE_NAME=NODE,
-    )
-    log = (directory.parent / f"{pod}-sidecar.log").open("ab")
-    return subprocess.Popen(
-        [sys.executable, "-m", "stepscope_agent.sidecar"], env=env, stdout=log, stderr=log
-    )
-
-
-def start_trainer(node_rank: int, directory: Path, script: Path, master_port: int):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STEPSCOPE_")}
-    env.update(OMP_NUM_THREADS="1", PYTHONPATH=str(HOOK_DIR), STEPSCOPE_AGENT_DIR=str(directory))
-    log = (directory.parent / f"{PODS[node_rank]}-trainer.log").open("ab")
-    command = [
-        sys.executable, "-m", "torch.distributed.run", f"--nnodes={len(PODS)}",
-        "--nproc-per-node=1", f"--node-rank={node_rank}", "--master-addr=127.0.0.1",
-        f"--master-port={master_port}", str(script), "--step-sleep", "0.02",
+def job(script: Path) -> list[str]:
+    """The trainer's script and arguments: rank BLOCK_RANK blocks at step BLOCK_AT_STEP."""
+    return [
+        str(script), "--step-sleep", "0.02",
         "--block-rank", str(BLOCK_RANK), "--block-at-step", str(BLOCK_AT_STEP),
     ]  # fmt: skip
-    return subprocess.Popen(
-        command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-    )
 
 
 def call(pod: str, uid: str, port: int, keyring: AgentKeyring, method: str, path: str, body=None):
@@ -108,10 +76,14 @@ def record(root: Path) -> dict[str, PodHangDumps]:
             directory = root / pod
             directory.mkdir()
             port, uid = free_port(), str(uuid.uuid4())
-            sidecars.append(start_sidecar(pod, uid, directory, keyring, port))
+            sidecars.append(
+                start_sidecar(pod, uid, directory, keyring, port, namespace=NAMESPACE, node=NODE)
+            )
             _wait_serving(sidecars[-1], pod, uid, port, keyring)
             pods.append((pod, uid, port))
-            trainers.append(start_trainer(node_rank, directory, script, master_port))
+            trainers.append(
+                start_trainer(pod, node_rank, len(PODS), directory, master_port, job(script))
+            )
         _wait_until_stuck(pods, keyring, trainers)
         answers = {}
         for pod, uid, port in pods:
@@ -123,7 +95,7 @@ def record(root: Path) -> dict[str, PodHangDumps]:
         return answers
     finally:
         for trainer in trainers:
-            _stop_session(trainer)
+            stop_trainer(trainer)
         for sidecar in sidecars:
             sidecar.terminate()
             sidecar.wait(30)
@@ -163,13 +135,6 @@ def _wait_until_stuck(pods, keyring: AgentKeyring, trainers) -> None:
             return
         time.sleep(0.5)
     raise TimeoutError(f"the ranks never stopped at step {BLOCK_AT_STEP}: {last}")
-
-
-def _stop_session(process: subprocess.Popen) -> None:
-    """The torchrun and its workers: its session's process group, by the torchrun's PID."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)
-    process.wait(30)
 
 
 def main() -> int:

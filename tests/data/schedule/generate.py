@@ -25,11 +25,8 @@ is stopped by its PID (each torchrun in a session of its own, stopped with its w
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -43,6 +40,7 @@ from typing import Any
 import aiohttp
 from stepscope_dev import build
 from stepscope_dev.cluster import LocalCluster, start_cluster, stop_cluster
+from stepscope_dev.local_ranks import start_sidecar, start_trainer, stop_trainer
 from stepscope_dev.net import free_port
 from stepscope_operator.agents.client import AgentAddress, AgentClient
 from stepscope_operator.agents.signing import AgentKeyring
@@ -62,7 +60,6 @@ from stepscope.storage import session_prefix
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[2]
 JOB_SCRIPT = REPO / "tests" / "e2e" / "ddp_job.py"
-HOOK_DIR = REPO / "agent_image" / "hook"
 OUT = HERE / "sessions"
 NAMESPACE = "default"
 SCHEDULE = "ddp-watch"
@@ -136,40 +133,12 @@ class Pod:
         return AgentAddress(self.name, self.ip, self.uid)
 
 
-def start_sidecar(
-    pod: str, ip: str, uid: str, directory: Path, keyring: AgentKeyring, port: int, storage: str
-) -> subprocess.Popen:
-    env = dict(
-        os.environ,
-        STEPSCOPE_AGENT_DIR=str(directory),
-        STEPSCOPE_AGENT_TRUSTED_KEYS=keyring.trusted_keys_text(),
-        STEPSCOPE_STORAGE_ENDPOINT=storage,
-        STEPSCOPE_AGENT_HOST=ip,
-        STEPSCOPE_AGENT_PORT=str(port),
-        STEPSCOPE_POD_NAME=pod,
-        STEPSCOPE_POD_NAMESPACE=NAMESPACE,
-        STEPSCOPE_POD_UID=uid,
-        STEPSCOPE_NODE_NAME=NODE,
-    )
-    log = (directory.parent / f"{pod}-sidecar.log").open("ab")
-    return subprocess.Popen(
-        [sys.executable, "-m", "stepscope_agent.sidecar"], env=env, stdout=log, stderr=log
-    )
-
-
-def start_trainer(node_rank: int, directory: Path, knob: Path, master_port: int):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STEPSCOPE_")}
-    env.update(OMP_NUM_THREADS="1", PYTHONPATH=str(HOOK_DIR), STEPSCOPE_AGENT_DIR=str(directory))
-    log = (directory.parent / f"{PODS[node_rank]}-trainer.log").open("ab")
-    command = [
-        sys.executable, "-m", "torch.distributed.run", f"--nnodes={len(PODS)}",
-        "--nproc-per-node=1", f"--node-rank={node_rank}", "--master-addr=127.0.0.1",
-        f"--master-port={master_port}", str(JOB_SCRIPT), "--steps", "100000",
-        "--step-sleep", STEP_SLEEP_S, "--extra-compute-file", str(knob),
+def job(knob: Path) -> list[str]:
+    """The trainer's script and arguments: its extra compute per step is read from `knob`."""
+    return [
+        str(JOB_SCRIPT), "--steps", "100000", "--step-sleep", STEP_SLEEP_S,
+        "--extra-compute-file", str(knob),
     ]  # fmt: skip
-    return subprocess.Popen(
-        command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-    )
 
 
 def _targets(pods: list[Pod]) -> list[RankTarget]:
@@ -277,15 +246,20 @@ def record(root: Path, cluster: LocalCluster) -> list[dict[str, Any]]:
             directory = root / name
             directory.mkdir()
             uid = str(uuid.uuid4())
-            sidecar = start_sidecar(name, ip, uid, directory, keyring, port, cluster.s3_endpoint)
+            sidecar = start_sidecar(
+                name, uid, directory, keyring, port,
+                namespace=NAMESPACE, node=NODE, host=ip, storage=cluster.s3_endpoint,
+            )  # fmt: skip
             pods.append(Pod(name, ip, uid, sidecar))
         for node_rank, pod in enumerate(pods):
-            pod.trainer = start_trainer(node_rank, root / pod.name, knob, master_port)
+            pod.trainer = start_trainer(
+                pod.name, node_rank, len(PODS), root / pod.name, master_port, job(knob)
+            )
         return asyncio.run(_sessions(pods, keyring, port, buckets, settings, knob))
     finally:
         for pod in pods:
             if pod.trainer is not None:
-                _stop_session(pod.trainer)
+                stop_trainer(pod.trainer)
             pod.sidecar.terminate()
             pod.sidecar.wait(30)
 
@@ -310,13 +284,6 @@ async def _sessions(pods, keyring, port, buckets, settings, knob: Path) -> list[
             )
             print(f"{name}: +{extra_ms} ms, median step {job.median_step_ms:.1f} ms", flush=True)
     return recorded
-
-
-def _stop_session(process: subprocess.Popen) -> None:
-    """The torchrun and its workers: its session's process group, by the torchrun's PID."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)
-    process.wait(30)
 
 
 def main() -> int:
