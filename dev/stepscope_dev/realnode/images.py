@@ -114,6 +114,12 @@ def _archive(name: str, tag: str) -> Path:
     return images_dir() / f"{name}-{tag}.tar"
 
 
+# Archives of one image kept besides the newest: a run of another checkout (a clean clone
+# beside the working tree) may still import the one before. Every change to the operator's or
+# the agent's code makes a new ~600 MB archive, which otherwise piled up without end.
+ARCHIVES_KEPT = 2
+
+
 def _export(reference: str, archive: Path) -> None:
     partial = archive.with_name(archive.name + ".partial")
     partial.unlink(missing_ok=True)
@@ -121,6 +127,23 @@ def _export(reference: str, archive: Path) -> None:
         _buildah("push", reference, f"docker-archive:{partial}:{reference}"), f"export {reference}"
     )
     partial.replace(archive)
+    prune_archives(archive)
+
+
+def prune_archives(newest: Path, kept: int = ARCHIVES_KEPT) -> list[Path]:
+    """Remove the archives of `newest`'s image (same name, another tag) beyond the `kept`
+    most recently written, `newest` among them; returns what was removed."""
+    name = newest.name.rsplit("-", 1)[0]
+    siblings = [
+        path
+        for path in newest.parent.glob(f"{name}-*.tar")
+        if path.name.rsplit("-", 1)[0] == name and not path.name.endswith(".partial.tar")
+    ]
+    siblings.sort(key=lambda path: (path == newest, path.stat().st_mtime), reverse=True)
+    removed = siblings[kept:]
+    for path in removed:
+        path.unlink(missing_ok=True)
+    return removed
 
 
 def _has_image(reference: str) -> bool:

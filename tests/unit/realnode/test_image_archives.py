@@ -1,0 +1,39 @@
+"""The node's image archives in the cache: each change to the code makes a new one, and only the
+newest few of each image are kept."""
+
+from __future__ import annotations
+
+import os
+
+from stepscope_dev.realnode.images import prune_archives
+
+
+def _archive(directory, name: str, written: int):
+    path = directory / name
+    path.write_bytes(b"x")
+    os.utime(path, (written, written))
+    return path
+
+
+def test_only_the_newest_archives_of_the_same_image_are_kept(tmp_path):
+    old = _archive(tmp_path, "operator-aaaaaaaaaaaa.tar", 100)
+    previous = _archive(tmp_path, "operator-bbbbbbbbbbbb.tar", 200)
+    older = _archive(tmp_path, "operator-cccccccccccc.tar", 50)
+    newest = _archive(tmp_path, "operator-dddddddddddd.tar", 300)
+    agent = _archive(tmp_path, "agent-aaaaaaaaaaaa.tar", 10)
+    rootfs = _archive(tmp_path, "rootfs-aaaaaaaaaaaa.tar", 10)
+    partial = _archive(tmp_path, "rootfs-bbbbbbbbbbbb.partial.tar", 10)
+
+    removed = prune_archives(newest)
+
+    assert sorted(removed) == sorted([old, older])
+    assert newest.exists() and previous.exists()
+    # Other images' archives, and a rootfs being written, are not this image's to remove.
+    assert agent.exists() and rootfs.exists() and partial.exists()
+
+
+def test_the_archive_just_written_is_kept_even_with_an_older_clock(tmp_path):
+    later = _archive(tmp_path, "agent-bbbbbbbbbbbb.tar", 500)
+    newest = _archive(tmp_path, "agent-aaaaaaaaaaaa.tar", 100)
+    assert prune_archives(newest, kept=1) == [later]
+    assert newest.exists()
