@@ -18,6 +18,7 @@ from stepscope.analysis.findings.resource import (
     memory_pressure,
     no_tensor_cores,
 )
+from stepscope.analysis.findings.undecided import Undecided, possible_straggler
 from stepscope.analysis.findings.wait import communication, late_ranks, straggler_or_slow_node
 from stepscope.analysis.model.job_summary import Evidence, Finding, JobSummary, Severity
 
@@ -47,10 +48,14 @@ def misaligned_steps(job: JobSummary) -> Finding | None:
     )
 
 
-DETECTORS: tuple[Callable[[JobSummary], Finding | None], ...] = (
-    straggler_or_slow_node,
+# The lateness detectors also read whether the window could decide who is late.
+LATENESS_DETECTORS: tuple[Callable[[JobSummary, Undecided | None], Finding | None], ...] = (
+    possible_straggler,
     late_ranks,
     rotating_lateness,
+)
+DETECTORS: tuple[Callable[[JobSummary], Finding | None], ...] = (
+    straggler_or_slow_node,
     communication,
     data_loading,
     host_overhead,
@@ -64,7 +69,11 @@ DETECTORS: tuple[Callable[[JobSummary], Finding | None], ...] = (
 )
 
 
-def diagnose(job: JobSummary) -> list[Finding]:
-    """All findings the evidence supports, most severe and costly first."""
+def diagnose(job: JobSummary, undecided: Undecided | None = None) -> list[Finding]:
+    """All findings the evidence supports, most severe and costly first. `undecided` is the
+    merge's word that the window could not tell late ranks from noise, and what would."""
     findings = [finding for detect in DETECTORS if (finding := detect(job)) is not None]
+    findings += [
+        finding for detect in LATENESS_DETECTORS if (finding := detect(job, undecided)) is not None
+    ]
     return sorted(findings, key=lambda f: (-f.severity.order, -f.impact_pct, f.id))

@@ -15,6 +15,7 @@ any operator (a pause).
 from __future__ import annotations
 
 from stepscope.analysis.findings.scale import confidence_for, median, pct_of_step, severity_for
+from stepscope.analysis.findings.undecided import Undecided, how_to_decide
 from stepscope.analysis.findings.wait import p_text
 from stepscope.analysis.model.job_summary import Evidence, Finding, JobSummary, LatenessPattern
 
@@ -82,8 +83,9 @@ def _cause(extra: dict[str, float], typical_excess_ms: float) -> str:
     return cause if extra[cause] > 0 and extra[cause] >= 0.5 * typical_excess_ms else "none"
 
 
-def rotating_lateness(job: JobSummary) -> Finding | None:
-    """Ranks wait for each other at collectives, and no rank is persistently late."""
+def rotating_lateness(job: JobSummary, undecided: Undecided | None = None) -> Finding | None:
+    """Ranks wait for each other at collectives, and no rank is persistently late; when the
+    window was too short for the test to name any rank (`undecided`), it says so."""
     if job.lateness_pattern is not LatenessPattern.rotating or not job.arrivals:
         return None
     wait_ms = median([a.wait_ms_per_step for a in job.arrivals])
@@ -107,6 +109,17 @@ def rotating_lateness(job: JobSummary) -> Finding | None:
     # (up to the number of ranks) is full rotation; the same rank last twice or more
     # weighs it down, though the lateness test found it within chance.
     spread = distinct / max(1, min(steps, job.world_size))
+    numbers = {
+        "wait_ms": round(wait_ms, 3),
+        "distinct_last_ranks": float(distinct),
+        "steps": float(steps),
+        "min_p_value": closest.p_value,
+        **{f"last_rank_extra_{name}": value for name, value in extra.items()},
+    }
+    short = ""
+    if undecided is not None:
+        short = f" These steps could not have named a straggler: {how_to_decide(undecided)}."
+        numbers.update(undecided.numbers())
     return Finding(
         id="rotating-lateness",
         severity=severity_for(impact),
@@ -117,15 +130,9 @@ def rotating_lateness(job: JobSummary) -> Finding | None:
                 f"collectives for the last rank, yet {distinct} different ranks were last over "
                 f"{steps} steps (none more than {most} times) and no rank is late beyond "
                 f"chance (the closest, rank {closest.rank}, has p={p_text(closest.p_value)}); "
-                f"{where}."
+                f"{where}.{short}"
             ),
-            numbers={
-                "wait_ms": round(wait_ms, 3),
-                "distinct_last_ranks": float(distinct),
-                "steps": float(steps),
-                "min_p_value": closest.p_value,
-                **{f"last_rank_extra_{name}": value for name, value in extra.items()},
-            },
+            numbers=numbers,
         ),
         confidence=round(confidence_for(job, impact, MIN_WAIT_PCT) * (0.5 + 0.5 * spread), 2),
         recommendation=(

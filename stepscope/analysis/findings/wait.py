@@ -17,11 +17,13 @@ from stepscope.analysis.findings.scale import (
     severity_for,
     typical_ms,
 )
+from stepscope.analysis.findings.undecided import Undecided, how_to_decide
 from stepscope.analysis.model.job_summary import (
     Evidence,
     Finding,
     JobSummary,
     LatenessPattern,
+    Severity,
     SlowNode,
     Straggler,
 )
@@ -191,8 +193,9 @@ def p_text(p_value: float) -> str:
     return f"{p_value:.2g}" if p_value >= 1e-4 else "<0.0001"
 
 
-def late_ranks(job: JobSummary) -> Finding | None:
-    """Several ranks are persistently late, comparably, and they are not one node's."""
+def late_ranks(job: JobSummary, undecided: Undecided | None = None) -> Finding | None:
+    """Several ranks are persistently late, comparably, and they are not one node's; below
+    the headline bar (`undecided`), a low finding that says they may be."""
     if job.lateness_pattern is not LatenessPattern.late_ranks:
         return None
     arrivals = {a.rank: a for a in job.arrivals}
@@ -212,24 +215,32 @@ def late_ranks(job: JobSummary) -> Finding | None:
         else "each reach collectives late in most steps"
     )
     names = listed(sorted(job.late_ranks))
+    numbers = {
+        "late_ranks": float(len(late)),
+        "median_excess_ms": round(excess, 3),
+        "p_value": p_value,
+    }
+    verdict, severity, confidence, decide = "are", severity_for(impact), None, ""
+    if undecided is not None:
+        # Below the headline bar: a possibility, with what would settle it.
+        verdict, severity = "may be", Severity.low
+        decide = f" This window cannot decide: {how_to_decide(undecided)}."
+        confidence = round(min(0.9, 1.0 - p_value), 2)
+        numbers.update(undecided.numbers())
     return Finding(
         id="late-ranks",
-        severity=severity_for(impact),
-        title=f"{names.capitalize()} are persistently late at collectives",
+        severity=severity,
+        title=f"{names.capitalize()} {verdict} persistently late at collectives",
         evidence=Evidence(
             text=(
                 f"{names.capitalize()} {together} (median excess {excess:.1f} ms, "
                 f"{pct_of_step(excess, job):.0f}% of the step; p={p_text(p_value)} were no "
                 f"rank slower), and no one of them dominates. Their commonest extra time is "
-                f"{_category_words(cause)}."
+                f"{_category_words(cause)}.{decide}"
             ),
-            numbers={
-                "late_ranks": float(len(late)),
-                "median_excess_ms": round(excess, 3),
-                "p_value": p_value,
-            },
+            numbers=numbers,
         ),
-        confidence=confidence_from_p(p_value),
+        confidence=confidence if confidence is not None else confidence_from_p(p_value),
         recommendation=(
             f"Find what {names} share: the same host, CPU cores, NUMA node or switch (pass "
             "rank placement to test for a slow node), a larger share of the data, or "

@@ -43,6 +43,8 @@ class ArrivalStats:
     transfer_ms_per_step: float
     step_lateness: list[StepLateness]
     late_group: GroupTest | None
+    # Per compared step, every rank's lateness (ms): what the lateness tests read.
+    lateness: list[dict[int, float]]
 
 
 @dataclass(frozen=True)
@@ -283,4 +285,5 @@ def arrival_lags(
         transfer_ms_per_step=round(_union_ms(transfers) * share, 3),
         step_lateness=per_step,
         late_group=judge_late_group(steps_compared, tests, noise_floor_ms),
+        lateness=steps_compared,
     )

@@ -31,6 +31,7 @@ of its lateness minus the median of the other ranks', must also cost a share of 
 from __future__ import annotations
 
 import bisect
+import functools
 import math
 import statistics
 from dataclasses import dataclass
@@ -76,16 +77,11 @@ def judge_lateness(
         ordered = sorted(step.values())
         for rank in ranks:
             value = step[rank]
-            # Ranks it is clearly behind: those at least the noise floor earlier (with no
-            # floor, strictly earlier, so that it never counts itself).
-            if noise_floor_ms > 0:
-                position = bisect.bisect_right(ordered, value - noise_floor_ms)
-            else:
-                position = bisect.bisect_left(ordered, value)
+            position = position_in_step(ordered, value, noise_floor_ms)
             scores[rank] += position
             last[rank] += position == count - 1
             excess[rank].append(value - median_without(ordered, value))
-    tail = _score_tail(len(lateness), count)
+    tail = score_tail(len(lateness), count)
     tests = {}
     for rank in ranks:
         p_rank = tail(scores[rank])
@@ -95,9 +91,18 @@ def judge_lateness(
             score=scores[rank],
             last_steps=last[rank],
             excess_ms=round(statistics.median(excess[rank]), 3),
-            p_value=_sidak(p_rank, count),
+            p_value=sidak(p_rank, count),
         )
     return tests
+
+
+def position_in_step(ordered: list[float], value: float, noise_floor_ms: float) -> int:
+    """How many ranks of a step (`ordered`, sorted) a rank arriving `value` late is clearly
+    behind: those at least the noise floor earlier (with no floor, strictly earlier, so
+    that it never counts itself)."""
+    if noise_floor_ms > 0:
+        return bisect.bisect_right(ordered, value - noise_floor_ms)
+    return bisect.bisect_left(ordered, value)
 
 
 def behind_share(test: LatenessTest, ranks: int) -> float:
@@ -122,18 +127,34 @@ def median_without(ordered: list[float], value: float) -> float:
     return (kth(rest // 2 - 1) + kth(rest // 2)) / 2.0
 
 
-def _sidak(p_rank: float, ranks: int) -> float:
+def sidak(p_rank: float, ranks: int) -> float:
+    """The chance that any of `ranks` independent tests reaches `p_rank` by luck."""
     if p_rank >= 1.0:
         return 1.0
     return round(min(1.0, -math.expm1(ranks * math.log1p(-p_rank))), 6)
 
 
-def _score_tail(steps: int, ranks: int):
+def _exact_fits(steps: int, ranks: int) -> bool:
+    return steps * (steps * (ranks - 1) + 1) <= EXACT_TAIL_MAX_CELLS
+
+
+def tail_at_top(steps: int, ranks: int) -> float:
+    """The score tail at its top (a rank last in every step): the smallest per-rank p
+    that `steps` steps can give at `ranks` ranks, as `score_tail` computes it."""
+    if ranks < 2:
+        return 1.0
+    if _exact_fits(steps, ranks):
+        # Exactly one sequence of positions reaches the top score.
+        return float(ranks) ** -steps
+    return math.exp(-steps / 2.0)  # Hoeffding's bound at the top score
+
+
+def score_tail(steps: int, ranks: int):
     """P(sum of `steps` independent uniforms on 0..ranks-1 >= score), as a function."""
     top = steps * (ranks - 1)
     if ranks < 2:
         return lambda score: 1.0
-    if steps * (top + 1) > EXACT_TAIL_MAX_CELLS:
+    if not _exact_fits(steps, ranks):
         mean = top / 2.0
 
         def hoeffding(score: int) -> float:
@@ -143,6 +164,20 @@ def _score_tail(steps: int, ranks: int):
             return min(1.0, math.exp(-2.0 * gap * gap / (steps * (ranks - 1) ** 2)))
 
         return hoeffding
+    at_least, total = _exact_at_least(steps, ranks)
+
+    def exact(score: int) -> float:
+        return at_least[min(max(score, 0), len(at_least) - 1)] / total
+
+    return exact
+
+
+# Merging one job asks for one table; asking how many steps would decide, or simulating
+# many jobs of one shape, asks for the same few tables again and again.
+@functools.lru_cache(maxsize=32)
+def _exact_at_least(steps: int, ranks: int) -> tuple[tuple[int, ...], int]:
+    """For every score, how many sequences of positions reach at least it, and how many
+    sequences there are."""
     # ways[s] counts the sequences of positions with sum s; Python integers keep the far
     # tail exact (ranks**steps overflows nothing), so tiny p-values stay meaningful.
     ways = [1]
@@ -154,15 +189,10 @@ def _score_tail(steps: int, ranks: int):
         ways = [
             prefix[min(s, len(ways) - 1) + 1] - prefix[max(0, s - ranks + 1)] for s in range(size)
         ]
-    total = ranks**steps
     at_least = [0] * (len(ways) + 1)
     for s in range(len(ways) - 1, -1, -1):
         at_least[s] = at_least[s + 1] + ways[s]
-
-    def exact(score: int) -> float:
-        return at_least[min(max(score, 0), len(ways))] / total
-
-    return exact
+    return tuple(at_least), ranks**steps
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,12 @@ Who keeps the others waiting, and why:
   is at least twice the next one's. Several comparable late ranks are a slow
   node when they are exactly the ranks of one node (or when a node's ranks
   all trail every rank elsewhere by the floor), else a group of late ranks.
+* A straggler, or a group of late ranks, is headlined (the straggler, the
+  bottleneck, a severity by its cost) only when its evidence would survive a
+  rerun: p <= 0.01 and an excess above the job's step-to-step noise
+  (`deciding.py`). Below that bar the window is undecided: the rank is a
+  possible straggler (a low finding saying how many steps would decide), the
+  group's finding is low, and neither is the bottleneck.
 * When ranks wait for each other (the median wait costs 5% of the step) but
   no rank is late, lateness rotates: host jitter, not any one rank's work.
 
@@ -35,7 +41,15 @@ import statistics
 from collections import Counter
 
 from stepscope.analysis.findings.detecting import diagnose
+from stepscope.analysis.findings.undecided import Undecided
 from stepscope.analysis.merging.alignment import align_ranks, arrival_lags, collective_timings
+from stepscope.analysis.merging.deciding import (
+    HEADLINE_MAX_P,
+    judge_late_ranks,
+    smallest_p,
+    step_noise_ms,
+    window_verdict,
+)
 from stepscope.analysis.merging.lateness import LATE_MAX_P, GroupTest
 from stepscope.analysis.model.counter_overview import counter_overview
 from stepscope.analysis.model.job_summary import (
@@ -211,7 +225,7 @@ def _slow_node(
 
 
 def _bottleneck(
-    breakdown: Breakdown, wait_ms: float, pattern: LatenessPattern
+    breakdown: Breakdown, wait_ms: float, pattern: LatenessPattern, decided: bool = True
 ) -> tuple[str, str | None]:
     """The dominant category, naming what stalls the step rather than compute
     whenever one non-compute category takes at least a fifth of the step; "unknown",
@@ -219,9 +233,15 @@ def _bottleneck(
 
     Exposed communication that is mostly waiting for the last rank to arrive is named
     by why ranks are late (straggler, slow_node, jitter), not communication: sending
-    fewer bytes would not shorten it."""
+    fewer bytes would not shorten it. When the window could not decide who is late
+    (`decided` false), the wait is named by nobody: only transfer counts as
+    communication, and the step goes to the largest other stall, else to compute."""
     if breakdown.total_ms <= 0:
         return "unknown", "no step time was attributed to any category"
+    if not decided:
+        transfer = max(0.0, breakdown.comm_exposed_ms - wait_ms)
+        breakdown = breakdown.model_copy(update={"comm_exposed_ms": transfer})
+        pattern, wait_ms = LatenessPattern.none, 0.0
     persistent = pattern in (
         LatenessPattern.straggler,
         LatenessPattern.slow_node,
@@ -306,8 +326,9 @@ def merge_ranks(
         notes=notes,
     )
     traced = [s for s in summaries if not is_step_timings(s)]
+    undecided = None
     if len(summaries) > 1 and traced:
-        _merge_collectives(job, summaries, median_step_ms, where)
+        undecided = _merge_collectives(job, summaries, median_step_ms, where)
     if len(traced) < len(summaries):
         # Step timings carry no collectives by design: nothing to align or to find
         # stragglers at, and their compute is compute-or-unattributed, so a compute
@@ -317,12 +338,15 @@ def merge_ranks(
         job.notes.append(f"rank(s) {timed}: {TIER_LIMIT_NOTE}")
         job.step_imbalance = [] if not traced else job.step_imbalance
     job.bottleneck, job.bottleneck_reason = _bottleneck(
-        mean_breakdown, job.wait_ms, job.lateness_pattern
+        mean_breakdown,
+        job.wait_ms,
+        job.lateness_pattern,
+        decided=not job.late_ranks or (undecided is None),
     )
     imbalances = [entry.imbalance for entry in job.step_imbalance]
     job.load_imbalance = round(_median(imbalances), 4) if imbalances else None
     job.counters = counter_overview(summaries)
-    findings = diagnose(job) + step_timing_findings(job)
+    findings = diagnose(job, undecided) + step_timing_findings(job)
     job.findings = sorted(findings, key=lambda f: (-f.severity.order, -f.impact_pct, f.id))
     return job
 
@@ -332,7 +356,9 @@ def _merge_collectives(
     summaries: list[RankSummary],
     median_step_ms: float,
     placement: dict[int, Placement],
-) -> None:
+) -> Undecided | None:
+    """Align the ranks, judge who is late and fill the job's lateness; returns why the
+    window could not decide, when it could not."""
     silent = [s.rank for s in summaries if not s.collectives]
     if all(is_step_timings(s) or not s.collectives for s in summaries):
         raise MergeError(
@@ -351,7 +377,7 @@ def _merge_collectives(
         job.notes.append(
             f"no collective matched on every rank ({match_key}); ranks are not aligned"
         )
-        return
+        return None
     job.alignment = alignment
     stats = arrival_lags(
         timings,
@@ -372,8 +398,15 @@ def _merge_collectives(
             p_value=group.p_value,
         )
     job.late_ranks = [a.rank for a in late]
-    job.straggler = _straggler(late, median_step_ms, placement)
+    straggler = _straggler(late, median_step_ms, placement)
     job.slow_node = _slow_node(job.arrivals, late, median_step_ms, placement)
+    floor = NOISE_FLOOR_OF_STEP * median_step_ms
+    undecided = None
+    if job.slow_node is None:
+        # A slow node keeps its own rule (one node's ranks, or a node apart from the rest).
+        blamed = late[:1] if straggler is not None else late
+        undecided = judge_late_ranks(stats.lateness, blamed, _set_p(blamed, group), floor)
+    job.straggler = straggler if undecided is None else None
     waits = {a.rank: a.wait_ms_per_step for a in job.arrivals}
     job.wait_ms = round(
         statistics.fmean(
@@ -383,6 +416,24 @@ def _merge_collectives(
         3,
     )
     job.lateness_pattern = _pattern(job, median_step_ms)
+    ranks, steps = len(job.arrivals), len(stats.lateness)
+    if (
+        job.lateness_pattern is LatenessPattern.rotating
+        and steps
+        and smallest_p(ranks, steps) > HEADLINE_MAX_P
+    ):
+        # Too few steps for the test to name anyone: the rotation is not yet shown either.
+        undecided = window_verdict(stats.lateness, step_noise_ms(stats.lateness, set()))
+    return undecided
+
+
+def _set_p(blamed: list[RankArrival], group: GroupTest | None) -> float:
+    """The evidence for the blamed ranks: the weakest one's own test, or the set test
+    when it found exactly these ranks or fewer among them."""
+    p_value = max(a.p_value for a in blamed) if blamed else 1.0
+    if len(blamed) > 1 and group is not None and set(group.ranks) <= {a.rank for a in blamed}:
+        p_value = min(p_value, group.p_value)
+    return p_value
 
 
 def _pattern(job: JobSummary, median_step_ms: float) -> LatenessPattern:
@@ -392,6 +443,10 @@ def _pattern(job: JobSummary, median_step_ms: float) -> LatenessPattern:
         return LatenessPattern.straggler
     if len(job.late_ranks) >= 2:
         return LatenessPattern.late_ranks
+    if job.late_ranks:
+        # One rank the test points at, below the headline bar: not a straggler, and not
+        # rotation either (rotation means no rank is late beyond chance).
+        return LatenessPattern.none
     typical_wait = _median([a.wait_ms_per_step for a in job.arrivals])
     if typical_wait >= MIN_WAIT_OF_STEP * median_step_ms:
         return LatenessPattern.rotating

@@ -24,15 +24,15 @@ def _brute_tail(steps: int, ranks: int, score: int) -> float:
 
 @pytest.mark.parametrize(("steps", "ranks"), [(3, 2), (4, 3), (5, 4), (3, 6)])
 def test_the_exact_tail_matches_enumerating_every_outcome(steps, ranks):
-    tail = lateness._score_tail(steps, ranks)
+    tail = lateness.score_tail(steps, ranks)
     for score in range(steps * (ranks - 1) + 2):
         assert tail(score) == pytest.approx(_brute_tail(steps, ranks, score), abs=1e-12)
 
 
 def test_hoeffding_bound_is_never_below_the_exact_tail(monkeypatch):
-    exact = lateness._score_tail(12, 8)
+    exact = lateness.score_tail(12, 8)
     monkeypatch.setattr(lateness, "EXACT_TAIL_MAX_CELLS", 0)
-    bound = lateness._score_tail(12, 8)
+    bound = lateness.score_tail(12, 8)
     for score in range(0, 12 * 7 + 1, 3):
         assert bound(score) >= exact(score) - 1e-12
 
