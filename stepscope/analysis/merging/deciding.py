@@ -10,10 +10,11 @@ meets by luck; a headline asks for two things more:
 * **a lateness above the job's own step-to-step noise**: the rank's excess (the median
   over steps of its lateness minus the other ranks' median) must exceed ``step_noise_ms``,
   the spread with which a rank's lateness moves from step to step when nothing of its own
-  makes it late. It is 1.4826 times the median absolute deviation of every other rank's
-  per-step excess from that rank's own median excess, pooled over ranks and steps: each
-  rank is centred on itself so that a rank that is always a little late adds no noise;
-  the ranks judged late are left out so that the effect does not count as its own noise;
+  makes it late. Among the ranks not judged late, each one's per-step excess over the
+  others' median is centred on its own median; the noise is 1.4826 times the median
+  absolute deviation of those, pooled over ranks and steps (a sigma for normal jitter).
+  Each rank is centred on itself so that a rank that is always a little late adds no
+  noise; the late ranks are left out so that the effect does not count as its own noise;
   and the median keeps one descheduled step from setting it. A rank later than that
   stands out in a typical step, not only in the window's median.
 
@@ -114,12 +115,15 @@ def steps_to_reach(ranks: int, bar: float = HEADLINE_MAX_P) -> int | None:
 
 
 def step_noise_ms(lateness: list[dict[int, float]], late: set[int]) -> float:
-    """The job's step-to-step noise in lateness, milliseconds (see the module docstring)."""
+    """The job's step-to-step noise in lateness, milliseconds (see the module docstring):
+    among the ranks not judged late (all of them when fewer than two are left), each one's
+    per-step excess over the others' median, centred on its own median."""
     if not lateness:
         return 0.0
     ranks = sorted(lateness[0])
-    quiet = [rank for rank in ranks if rank not in late] or ranks
-    ordered = [sorted(step.values()) for step in lateness]
+    quiet = [rank for rank in ranks if rank not in late]
+    quiet = quiet if len(quiet) >= 2 else ranks
+    ordered = [sorted(step[rank] for rank in quiet) for step in lateness]
     deviations: list[float] = []
     for rank in quiet:
         excess = [
