@@ -138,7 +138,7 @@ def judge(ranks: int, steps: int, late_share: float, trials: int, seed: int) -> 
 
 def _rate(hits: int, trials: int) -> str:
     low, high = wilson(hits, trials)
-    return f"{hits / trials:6.1%} [{low:5.1%}, {high:5.1%}]"
+    return f"{hits:4d}/{trials:<4d} {hits / trials:6.1%} [{low:5.1%}, {high:5.1%}]"
 
 
 def main() -> None:

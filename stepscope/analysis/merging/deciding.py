@@ -31,8 +31,6 @@ from __future__ import annotations
 import math
 import statistics
 
-import numpy as np
-
 from stepscope.analysis.findings.undecided import Undecided
 from stepscope.analysis.merging.lateness import (
     median_without,
@@ -150,6 +148,10 @@ def steps_for_power(
     to the cap would (it is not behind more often than chance, or only a little)."""
     if ranks < 2 or not observed:
         return None
+    # numpy only here: every merge imports this module, few ask how many steps would decide,
+    # and the trace reader's memory limit is sized without numpy loaded.
+    import numpy as np
+
     chances = np.bincount(observed, minlength=ranks).astype(float) / len(observed)
     if float(np.dot(np.arange(ranks), chances)) <= (ranks - 1) / 2.0:
         return None
@@ -172,8 +174,11 @@ def steps_for_power(
     return high
 
 
-def _power(chances: np.ndarray, ranks: int, steps: int, bar: float) -> float:
-    """P(a sum of `steps` positions drawn from `chances` reaches the test's bar)."""
+def _power(chances, ranks: int, steps: int, bar: float) -> float:
+    """P(a sum of `steps` positions drawn from `chances` (a numpy array) reaches the test's
+    bar)."""
+    import numpy as np
+
     needed = _score_needed(steps, ranks, bar)
     if needed is None:
         return 0.0

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 from synthetic_ranks import rank_summary
 
@@ -122,7 +123,7 @@ def test_steps_for_power_is_where_resampled_positions_first_reach_the_bar_4_time
     observed = [3, 3, 3, 3, 1]  # last in 4 of 5 steps at 4 ranks
     steps = steps_for_power(observed, 4)
     assert steps is not None and steps > steps_to_reach(4)
-    chances = deciding.np.bincount(observed, minlength=4) / len(observed)
+    chances = np.bincount(observed, minlength=4) / len(observed)
     assert deciding._power(chances, 4, steps, HEADLINE_MAX_P) >= deciding.DECIDING_POWER
     assert deciding._power(chances, 4, steps - 1, HEADLINE_MAX_P) < deciding.DECIDING_POWER
     # A rank last every time needs no more than the attainable count; one at chance, never.
