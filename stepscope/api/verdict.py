@@ -147,7 +147,21 @@ class Summary(ApiModel):
         description="Observed state. Percent of communication time hidden under compute.",
     )
     straggler: Straggler | None = Field(
-        None, description="Observed state. The slowest rank, when one stands out."
+        None,
+        description=(
+            "Observed state. The slowest rank, when the window decides it: p <= 0.01 over "
+            "the ranks and a lateness above the job's step-to-step noise."
+        ),
+    )
+    steps_to_decide: int | None = Field(
+        None,
+        ge=1,
+        le=100_000,
+        description=(
+            "Observed state. When the window could not tell a late rank from noise: the steps "
+            "a window needs to decide (80% power at the observed lateness, else the fewest at "
+            "which p <= 0.01 is attainable); set spec.window.steps to it."
+        ),
     )
     bottleneck: Bottleneck | None = Field(
         None,

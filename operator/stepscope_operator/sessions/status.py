@@ -227,10 +227,20 @@ def summary_from_job(job: JobSummary, unprofiled_step_ms: float | None = None) -
         breakdown=_breakdown(job, timings_only),
         overlap=_pct(100.0 * mean.comm_overlapped_ms / mean.comm_ms) if mean.comm_ms > 0 else None,
         straggler=_straggler(job),
+        steps_to_decide=_steps_to_decide(job),
         **_bottleneck(job, timings_only),
         findings=_findings(job),
         gpu=gpu_counters_status(job.counters),
     )
+
+
+def _steps_to_decide(job: JobSummary) -> int | None:
+    """From the finding that says the window could not decide, how many steps would."""
+    for finding in job.findings:
+        steps = finding.evidence.numbers.get("steps_to_decide")
+        if steps is not None:
+            return min(int(steps), 100_000)
+    return None
 
 
 def _step_time(job: JobSummary) -> StepTime | None:

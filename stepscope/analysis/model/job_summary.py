@@ -151,7 +151,7 @@ class LateGroup(_Model):
 class LatenessPattern(StrEnum):
     """Why ranks wait for each other at collectives, as the lateness test reads it."""
 
-    none = "none"  # nobody waits for long, or ranks were not aligned
+    none = "none"  # nobody waits for long, ranks were not aligned, or the late rank is undecided
     straggler = "straggler"  # one rank is persistently late
     slow_node = "slow_node"  # all ranks of one node are late
     late_ranks = "late_ranks"  # several ranks, not one node, are persistently late

@@ -266,3 +266,22 @@ def test_long_failure_reasons_still_make_a_valid_status():
     conditions = set_condition([], "Ready", "False", reason, message, 1, NOW)
     status = ProfileSessionStatus(phase=phase, ranks=ranks, conditions=conditions)
     assert ProfileSessionStatus.model_validate(status.to_wire()) == status
+
+
+def _scenario(name: str) -> JobSummary:
+    from pathlib import Path
+
+    from stepscope.analysis.merging.merge import merge_ranks
+    from stepscope.analysis.rank.summary import summarize_rank
+
+    folder = Path(__file__).resolve().parents[2] / "data" / "scenarios" / name
+    return merge_ranks([summarize_rank(path) for path in sorted(folder.glob("rank-*.json.gz"))])
+
+
+def test_an_undecided_window_says_in_the_status_how_many_steps_would_decide():
+    # Two ranks over five steps cannot reach the headline bar (see test_golden_scenarios).
+    summary = summary_from_job(_scenario("straggler_2ranks"))
+    assert summary.straggler is None and summary.steps_to_decide == 8
+    assert summary.to_wire()["stepsToDecide"] == 8
+    decided = summary_from_job(_scenario("straggler"))
+    assert decided.straggler is not None and decided.steps_to_decide is None
