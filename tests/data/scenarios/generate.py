@@ -6,6 +6,10 @@ beside this file. Regenerate (sequentially, it is CPU-heavy) with:
 
     .venv/bin/python tests/data/scenarios/generate.py [scenario ...]
 
+With `--rerun`, it records a second, independent capture of the same jobs into
+tests/data/reruns/<scenario>/ instead (without memory events, to stay small), leaving
+the golden recordings untouched: two captures of one job must give one headline.
+
 The scenarios differ in exactly one mechanism each, so a test can assert that the
 analysis names that mechanism and nothing louder:
 
@@ -73,6 +77,9 @@ WORLD_SIZES = {"straggler_2ranks": 2, "straggler_8ranks": 8, "host_contention": 
 # few enough that each gzipped trace stays well under a megabyte.
 SKIP_STEPS, WARMUP_STEPS, ACTIVE_STEPS = 1, 1, 5
 HERE = Path(__file__).resolve().parent
+# Second captures live outside this folder: the trace reader walks a folder recursively,
+# so a capture nested in a scenario's folder would add ranks to that scenario.
+RERUNS = HERE.parent / "reruns"
 
 
 class SyntheticDataset(Dataset):
@@ -238,9 +245,12 @@ def pin_to_core(rank: int) -> None:
     os.sched_setaffinity(0, {cores[rank % len(cores)]})
 
 
-def run_rank(rank: int, scenario: str, port: int, out_dir: str) -> None:
+def run_rank(rank: int, scenario: str, port: int, out_dir: str, rerun: bool) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     settings = scenario_settings(scenario, rank)
+    if rerun:
+        # Memory events change no timing rule and would double the size of a rerun.
+        settings["profile_memory"] = False
     if settings["pin"]:
         pin_to_core(rank)
     # Four ranks share two cores here; one thread per rank keeps them from fighting
@@ -293,27 +303,33 @@ def run_rank(rank: int, scenario: str, port: int, out_dir: str) -> None:
     dist.destroy_process_group()
 
 
-def generate(scenario: str) -> Path:
-    out_dir = HERE / scenario
-    out_dir.mkdir(exist_ok=True)
+def generate(scenario: str, rerun: bool = False) -> Path:
+    out_dir = (RERUNS if rerun else HERE) / scenario
+    out_dir.mkdir(parents=True, exist_ok=True)
     for old in out_dir.glob("rank-*.json.gz"):
         old.unlink()
     ranks = WORLD_SIZES.get(scenario, WORLD_SIZE)
-    mp.spawn(run_rank, args=(scenario, free_port(), str(out_dir)), nprocs=ranks, join=True)
+    mp.spawn(run_rank, args=(scenario, free_port(), str(out_dir), rerun), nprocs=ranks, join=True)
     return out_dir
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("scenarios", nargs="*", help=f"any of {', '.join(SCENARIOS)}; default all")
-    chosen = parser.parse_args(argv).scenarios or list(SCENARIOS)
+    parser.add_argument(
+        "--rerun",
+        action="store_true",
+        help="record a second capture into tests/data/reruns/<scenario>/, without memory events",
+    )
+    args = parser.parse_args(argv)
+    chosen = args.scenarios or list(SCENARIOS)
     unknown = sorted(set(chosen) - set(SCENARIOS))
     if unknown:
         parser.error(f"unknown scenario(s) {unknown}; choose from {list(SCENARIOS)}")
     with raised_priority():
         for scenario in chosen:
             started = time.monotonic()
-            out_dir = generate(scenario)
+            out_dir = generate(scenario, rerun=args.rerun)
             sizes = ", ".join(
                 f"{path.name} {path.stat().st_size // 1024} KiB"
                 for path in sorted(out_dir.glob("rank-*.json.gz"))
