@@ -81,6 +81,11 @@ def judge_waiting(
         # A slow node keeps its own rule (one node's ranks, or a node apart from the rest).
         blamed = late[:1] if straggler is not None else late
         undecided = judge_late_ranks(stats.lateness, blamed, _set_p(blamed, group), floor)
+    if undecided is not None and undecided.below_noise:
+        # Late by less than the job's own step-to-step noise: not late beyond chance, which
+        # is what rotation means. Two captures of one job disagreed when a chance pair of
+        # ranks (p=0.08, within the noise) took the rotating headline away.
+        job.late_ranks, job.late_group, straggler, undecided = [], None, None, None
     job.straggler = straggler if undecided is None else None
     waits = {a.rank: a.wait_ms_per_step for a in job.arrivals}
     job.wait_ms = round(

@@ -14,8 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from stepscope.analysis.merging.deciding import HEADLINE_MAX_P
-from stepscope.analysis.merging.lateness import LATE_MAX_P
 from stepscope.analysis.merging.merge import merge_ranks
 from stepscope.analysis.model.job_summary import JobSummary, LatenessPattern, Severity
 from stepscope.analysis.rank.summary import summarize_rank
@@ -164,26 +162,17 @@ def test_each_capture_of_host_contention_reads_as_rotating_lateness(capture):
     assert top.id == "rotating-lateness" and top.severity is Severity.high
 
 
-def test_a_third_capture_of_host_contention_holds_a_chance_late_pair():
+def test_a_chance_late_pair_within_the_step_noise_is_rotation_not_late_ranks():
     # Recorded a minute after the rerun on the same host: by chance ranks 0 and 2 trail
-    # together in 3 of 5 steps, at a p the lateness test calls late but the headline bar
-    # does not, so no rank is named.
+    # together in 3 of 5 steps (the set test's p=0.08, under LATE_MAX_P but not the headline
+    # bar), by a median 142 ms against the job's step-to-step noise of 217 ms. Late by less
+    # than the noise is not late beyond chance: the merge lists no late rank and no group.
     chance = merged("rerun", "host_contention_late_pair")
-    group = chance.late_group
-    assert group is not None and sorted(group.ranks) == [0, 2], verdict("chance pair", chance)
-    assert (group.separated_steps, group.steps) == (3, 5)
-    assert HEADLINE_MAX_P < group.p_value <= LATE_MAX_P
+    assert chance.late_ranks == [] and chance.late_group is None, verdict("chance pair", chance)
     assert chance.straggler is None
+    assert chance.lateness_pattern is LatenessPattern.rotating
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "a pair of ranks the lateness test calls late at p <= 0.1 sets the pattern to "
-        "late ranks, which drops the rotating-lateness finding and names the wait by "
-        "nobody, though the pair is undecided and late by less than the step noise"
-    ),
-)
 def test_a_chance_late_pair_below_the_step_noise_keeps_the_rotating_headline():
     # Lateness still moves between steps (the pair is within the noise), so the headline
     # is the rerun's: rotating lateness, high, and the wait named jitter.
