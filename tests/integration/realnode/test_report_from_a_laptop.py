@@ -152,18 +152,23 @@ def test_the_page_has_the_two_terminals_blocks():
     assert "--tls-server-name" in open_report and "--open report" in open_report
 
 
-def test_the_recipe_opens_the_stored_report(port_forward, tmp_path):
-    cluster, port = port_forward
-    [_, open_report] = page_blocks()
-    result = subprocess.run(
-        ["bash", "-euo", "pipefail", "-c", with_local_port(open_report, port)],
-        cwd=tmp_path,
-        env=_terminal_env(cluster, tmp_path),
+def in_terminal(script: str, cluster, folder: Path) -> subprocess.CompletedProcess:
+    """`script` run by bash in `folder`, as the page's second terminal would run it."""
+    return subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script],
+        cwd=folder,
+        env=_terminal_env(cluster, folder),
         capture_output=True,
         text=True,
         timeout=180,
         check=False,
     )
+
+
+def test_the_recipe_opens_the_stored_report(port_forward, tmp_path):
+    cluster, port = port_forward
+    [_, open_report] = page_blocks()
+    result = in_terminal(with_local_port(open_report, port), cluster, tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert (tmp_path / "stepscope-ca.crt").read_text().startswith("-----BEGIN CERTIFICATE-----")
     printed = result.stdout.strip().splitlines()[-1]
@@ -178,15 +183,7 @@ def test_without_the_server_name_the_recipe_stops_naming_the_flag(port_forward, 
     script = with_local_port(open_report, port)
     without = re.sub(r" \\\n\s*--tls-server-name \S+", "", script)
     assert without != script and "--tls-server-name" not in without
-    result = subprocess.run(
-        ["bash", "-euo", "pipefail", "-c", without],
-        cwd=tmp_path,
-        env=_terminal_env(cluster, tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
+    result = in_terminal(without, cluster, tmp_path)
     assert result.returncode == 2, result.stdout + result.stderr
     [line] = result.stderr.strip().splitlines()
     service = f"{RELEASE}-webhook.{RELEASE_NAMESPACE}.svc"
