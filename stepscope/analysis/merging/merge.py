@@ -45,6 +45,8 @@ from stepscope.analysis.findings.undecided import Undecided
 from stepscope.analysis.merging.alignment import align_ranks, collective_timings
 from stepscope.analysis.merging.waiting import judge_waiting
 from stepscope.analysis.model.counter_overview import counter_overview
+from stepscope.analysis.model.fabric import FabricOptions
+from stepscope.analysis.model.group_bandwidth import group_bandwidth
 from stepscope.analysis.model.job_summary import (
     JobSummary,
     LatenessPattern,
@@ -192,9 +194,12 @@ def split_into_jobs(summaries: list[RankSummary]) -> list[list[RankSummary]]:
 
 
 def merge_ranks(
-    summaries: list[RankSummary], placement: dict[int, tuple[str, str]] | None = None
+    summaries: list[RankSummary],
+    placement: dict[int, tuple[str, str]] | None = None,
+    fabric: FabricOptions | None = None,
 ) -> JobSummary:
-    """Merge per-rank summaries; `placement` maps rank -> (pod, node) when known."""
+    """Merge per-rank summaries; `placement` maps rank -> (pod, node) when known, `fabric`
+    says what is known of the links (ranks per node, stated peaks)."""
     if not summaries:
         raise MergeError("no rank summaries to merge; pass at least one RankSummary")
     duplicates = [rank for rank, n in Counter(s.rank for s in summaries).items() if n > 1]
@@ -252,6 +257,8 @@ def merge_ranks(
     imbalances = [entry.imbalance for entry in job.step_imbalance]
     job.load_imbalance = round(_median(imbalances), 4) if imbalances else None
     job.counters = counter_overview(summaries)
+    nodes = {rank: where.node for rank, where in job.placement.items() if where.node}
+    job.collective_bandwidth = group_bandwidth(summaries, nodes, fabric or FabricOptions())
     findings = diagnose(job, undecided) + step_timing_findings(job)
     job.findings = sorted(findings, key=lambda f: (-f.severity.order, -f.impact_pct, f.id))
     return job

@@ -13,6 +13,7 @@ from enum import StrEnum
 from pydantic import BaseModel, ConfigDict, Field
 
 from stepscope.analysis.model.counter_overview import CounterOverview
+from stepscope.analysis.model.group_bandwidth import GroupBandwidth
 from stepscope.analysis.model.rank_summary import Breakdown, RankSummary
 
 
@@ -266,6 +267,11 @@ class JobSummary(_Model):
     )
     counters: CounterOverview | None = Field(
         None, description="GPU counters across ranks (NVML), when any rank sampled them."
+    )
+    collective_bandwidth: list[GroupBandwidth] = Field(
+        default_factory=list,
+        description="Bus bandwidth per process group, collective and message size, against "
+        "the group's link peak (see group_bandwidth).",
     )
     findings: list[Finding] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)

@@ -64,6 +64,7 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field
 
+from stepscope.analysis.model.collective_bandwidth import RankBandwidth
 from stepscope.analysis.model.counter_stats import CounterStats
 from stepscope.tiers import SummaryKind
 
@@ -405,6 +406,12 @@ class RankSummary(_Model):
     collectives_dropped: int = 0
     collective_stats: list[CollectiveStat] = Field(
         default_factory=list, max_length=MAX_COLLECTIVE_NAMES
+    )
+
+    collective_bandwidth: RankBandwidth | None = Field(
+        None,
+        description="Bandwidth per process group, collective and message size; None when "
+        "no collective with a known size ran.",
     )
 
     memory: MemoryStats = Field(default_factory=MemoryStats)

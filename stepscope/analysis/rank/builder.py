@@ -32,6 +32,7 @@ from stepscope.analysis.rank.aggregates import (
     comm_meta,
 )
 from stepscope.analysis.rank.breakdowns import DeviceTotals, StepTotals, step_records
+from stepscope.analysis.rank.collective_bandwidth import CollectiveBandwidth
 from stepscope.analysis.rank.source_notes import (
     coverage_notes,
     device_kind,
@@ -83,6 +84,7 @@ class RankSummaryBuilder:
         self.nesting = OpNesting(self.ops)
         self.launch_gaps = LaunchGaps()
         self.collectives = Collectives()
+        self.bandwidth = CollectiveBandwidth()
         self.unknown: Counter[str] = Counter()
         self.steps: list[tuple[int, float, float, object]] = []
         self.op_time_by_thread: Counter[object] = Counter()
@@ -185,6 +187,7 @@ class RankSummaryBuilder:
                 meta = comm_meta(args, "")
                 self.collectives.remember_params(ext, meta)
                 self.collectives.add("record_param_comms", meta, start, end, ext)
+                self.bandwidth.op(args, event.dur)
         elif name.startswith("gloo:"):
             self.collectives.add("gloo", comm_meta(args, name), start, end, ext)
         elif name.startswith("c10d::"):
@@ -253,6 +256,7 @@ class RankSummaryBuilder:
                 self.intervals.add(("gpu", device, "comm"), start, end)
                 meta = comm_meta(args, event.name)
                 self.collectives.add("nccl_kernel", meta, start, end, args.get("External id"))
+                self.bandwidth.kernel(event.name, args, event.dur)
                 return
             if classify.is_tensor_core_kernel(event.name):
                 stats["tensor_core_us"] += event.dur
@@ -344,6 +348,9 @@ class RankSummaryBuilder:
             collectives=collectives,
             collectives_dropped=dropped,
             collective_stats=self.collectives.stats(),
+            collective_bandwidth=self.bandwidth.build(
+                header.distributed_info, len(header.device_properties)
+            ),
             memory=self.memory.stats(
                 self._gpu_mode, header.device_properties, step_lookup(windows), step_count
             ),
