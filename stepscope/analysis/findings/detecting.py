@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from stepscope.analysis.findings.collective_bandwidth import slow_collective_bandwidth
 from stepscope.analysis.findings.device import gpu_throttling, input_starves_gpu, out_of_memory_risk
 from stepscope.analysis.findings.jitter import rotating_lateness
 from stepscope.analysis.findings.resource import (
@@ -57,6 +58,7 @@ LATENESS_DETECTORS: tuple[Callable[[JobSummary, Undecided | None], Finding | Non
 DETECTORS: tuple[Callable[[JobSummary], Finding | None], ...] = (
     straggler_or_slow_node,
     communication,
+    slow_collective_bandwidth,
     data_loading,
     host_overhead,
     memory_pressure,
