@@ -11,6 +11,12 @@ each may take are bounded by the server underneath (`bounded_http`). Capture req
 grants point anywhere but the configured storage endpoint are refused (`grant_endpoint`). The
 handler talks to the agent only through `AgentService`, so this module does not import the
 sidecar that serves it.
+
+One path is not signed: ``GET /metrics``, the Prometheus exposition of the ranks' step
+telemetry (step_metrics), which Prometheus scrapes without credentials. It takes no body, its
+reply is rendered at most once a second whatever the number of scrapes, and at most
+``MAX_CONCURRENT_SCRAPES`` of the server's workers serve it at once, so scrapers, honest or
+not, always leave workers for the operator.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import threading
 from http import HTTPStatus
 from typing import Any, Protocol
 
@@ -38,6 +45,7 @@ from stepscope_agent.call_auth import CallRefused, CallVerifier, parse_trusted_k
 from stepscope_agent.captures import CaptureConflict
 from stepscope_agent.grant_endpoint import ForeignGrantHost, check_grant_endpoints
 from stepscope_agent.sidecar_settings import SidecarSettings
+from stepscope_agent.step_metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +61,10 @@ BODY_LIMITS = {
     ("POST", HANG_DUMPS_PATH): HANG_DUMP_REQUEST_MAX_BYTES,
 }
 _CONTENT_LENGTH = re.compile(r"[0-9]{1,12}")
+METRICS_PATH = "/metrics"
+# Workers that may serve scrapes at the same time; the rest of bounded_http.WORKER_THREADS
+# stay free for the operator's calls even while clients read replies slowly.
+MAX_CONCURRENT_SCRAPES = 2
 
 
 class AgentService(Protocol):
@@ -72,6 +84,9 @@ class AgentService(Protocol):
     def hang_dump(self, request: HangDumpRequest) -> PodHangDumps:
         """Every trainer's stacks and collectives, within the request's timeout."""
 
+    def metrics(self) -> bytes:
+        """The Prometheus text exposition of the ranks' step telemetry."""
+
 
 class AgentHttpServer(BoundedHTTPServer):
     """The bounded HTTP server that knows the agent it serves and whose calls it accepts."""
@@ -84,6 +99,7 @@ class AgentHttpServer(BoundedHTTPServer):
         self.verifier = verifier or CallVerifier(
             parse_trusted_keys(config.trusted_keys), config.namespace, config.pod, config.pod_uid
         )
+        self.scrape_slots = threading.BoundedSemaphore(MAX_CONCURRENT_SCRAPES)
         super().__init__(
             (config.host, config.port),
             AgentRequestHandler,
@@ -105,6 +121,9 @@ class AgentRequestHandler(BoundedRequestHandler):
     server_version = "stepscope-agent"
 
     def do_GET(self) -> None:
+        if self.path == METRICS_PATH:
+            self._metrics()
+            return
         if self._authorised_body() is None:
             return
         if self.path == STATUS_PATH:
@@ -133,6 +152,21 @@ class AgentRequestHandler(BoundedRequestHandler):
             self._error(HTTPStatus.CONFLICT, str(error))
             return
         self._reply_capture(request.capture_id, HTTPStatus.CREATED if created else HTTPStatus.OK)
+
+    def _metrics(self) -> None:
+        """The unsigned scrape: no body, and no more than its share of the workers."""
+        if self._declared_length() is None:
+            return
+        if not self.server.scrape_slots.acquire(blocking=False):
+            self._error(
+                HTTPStatus.SERVICE_UNAVAILABLE,
+                f"{MAX_CONCURRENT_SCRAPES} scrapes are being answered; scrape again later",
+            )
+            return
+        try:
+            self._send(HTTPStatus.OK, self.server.service.metrics(), METRICS_CONTENT_TYPE)
+        finally:
+            self.server.scrape_slots.release()
 
     def _grants_point_at_storage(self, request: CaptureRequest | HangDumpRequest) -> bool:
         """Whether every grant in the request goes to this pod's storage endpoint; answers
@@ -241,9 +275,11 @@ class AgentRequestHandler(BoundedRequestHandler):
         self._reply(status, ErrorBody(error=message, details=details).to_wire())
 
     def _reply(self, status: HTTPStatus, body: dict) -> None:
-        data = json.dumps(body).encode()
+        self._send(status, json.dumps(body).encode(), "application/json")
+
+    def _send(self, status: HTTPStatus, data: bytes, content_type: str) -> None:
         self.send_response(status)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(data)))
         # Every reply names the pod this agent serves: an operator whose address for a pod
         # is stale refuses what another honest agent answers there (stepscope.api.agent).

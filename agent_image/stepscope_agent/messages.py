@@ -69,6 +69,18 @@ class Progress(Message):
     step_time_p95_ms: float | None = field(
         default=None, metadata=_wire("stepTimeP95Ms", float, type(None))
     )
+    # Totals since the trainer started (step_totals.StepTotals), for the sidecar's metrics.
+    # A trainer is tenant code: the sidecar checks each value before exporting it.
+    step_buckets: list | None = field(default=None, metadata=_wire("stepBuckets", list, type(None)))
+    step_seconds_total: float | None = field(
+        default=None, metadata=_wire("stepSecondsTotal", float, type(None))
+    )
+    data_wait_seconds_total: float | None = field(
+        default=None, metadata=_wire("dataWaitSecondsTotal", float, type(None))
+    )
+    hook_seconds_total: float | None = field(
+        default=None, metadata=_wire("hookSecondsTotal", float, type(None))
+    )
 
 
 @dataclass(frozen=True)

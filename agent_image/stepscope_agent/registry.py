@@ -11,6 +11,7 @@ import logging
 import os
 import socketserver
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +29,7 @@ class RankLink:
     pid: int
     torch_version: str | None
     progress: messages.Progress | None = None  # the latest progress report
+    connected_at: float = field(default_factory=time.time)  # unix seconds of its hello
     _socket: Any = None
     _send_lock: threading.Lock = field(default_factory=threading.Lock)
 

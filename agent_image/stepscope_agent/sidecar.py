@@ -34,6 +34,7 @@ from stepscope_agent.nvml_sampling import NvmlSampler
 from stepscope_agent.publishing import FinishedWindow, publish_rank, remove_capture_folder
 from stepscope_agent.registry import RankLink, RankRegistry
 from stepscope_agent.sidecar_settings import SettingsError, SidecarSettings
+from stepscope_agent.step_metrics import PodLabels, ScrapeCache, render_metrics
 
 log = logging.getLogger("stepscope_agent")
 
@@ -62,6 +63,14 @@ class Agent:
         self.registry = RankRegistry(
             Path(settings.socket_path(config.agent_dir)), self._on_message, self._send_pending_arms
         )
+        self._metric_labels = PodLabels.sanitised(
+            namespace=config.namespace,
+            job_kind=config.job_kind,
+            job_name=config.job_name,
+            pod=config.pod,
+            node=config.node,
+        )
+        self._scrapes = ScrapeCache(self._render_metrics)
 
     # The operator's side (called from HTTP handler threads).
 
@@ -95,6 +104,13 @@ class Agent:
             agent_time=time.time(),
             agent_version=__version__,
         )
+
+    def metrics(self) -> bytes:
+        """The Prometheus exposition of every rank's step telemetry (step_metrics)."""
+        return self._scrapes.reply()
+
+    def _render_metrics(self) -> bytes:
+        return render_metrics(self._metric_labels, self.registry.links(), time.time())
 
     def arm(self, request: CaptureRequest) -> tuple[Capture, bool]:
         capture, created = self.book.arm(request)

@@ -17,6 +17,10 @@ POD_NAME_ENV = "STEPSCOPE_POD_NAME"
 POD_NAMESPACE_ENV = "STEPSCOPE_POD_NAMESPACE"
 POD_UID_ENV = "STEPSCOPE_POD_UID"
 NODE_NAME_ENV = "STEPSCOPE_NODE_NAME"
+# The training job this pod belongs to, for the metrics' job_kind and job_name labels; a pod
+# can set them from its own labels with the downward API (docs/how-to/watch-step-time.md).
+JOB_KIND_ENV = "STEPSCOPE_JOB_KIND"
+JOB_NAME_ENV = "STEPSCOPE_JOB_NAME"
 LOG_LEVEL_ENV = "STEPSCOPE_AGENT_LOG_LEVEL"
 HEADER_TIMEOUT_ENV = "STEPSCOPE_AGENT_HEADER_TIMEOUT_SECONDS"
 BODY_TIMEOUT_ENV = "STEPSCOPE_AGENT_BODY_TIMEOUT_SECONDS"
@@ -46,6 +50,12 @@ class SidecarSettings(BaseModel):
         "pod that had this pod's address (or name) is refused; every reply names it.",
     )
     node: str | None = None
+    job_kind: str | None = Field(
+        default=None, description="The training job's kind, only a label on the metrics."
+    )
+    job_name: str | None = Field(
+        default=None, description="The training job's name, only a label on the metrics."
+    )
     log_level: str = "INFO"
     header_timeout_seconds: float = Field(
         default=5.0,
@@ -96,6 +106,8 @@ class SidecarSettings(BaseModel):
             namespace=env[POD_NAMESPACE_ENV],
             pod_uid=env[POD_UID_ENV],
             node=env.get(NODE_NAME_ENV),
+            job_kind=env.get(JOB_KIND_ENV),
+            job_name=env.get(JOB_NAME_ENV),
             log_level=env.get(LOG_LEVEL_ENV, "INFO"),
             **{
                 field: env[name]

@@ -3,7 +3,8 @@
 A step ends when the lead optimizer's ``step()`` returns (torch's global optimizer
 post-hook) or, once the script calls ``stepscope_agent.step()``, only at those calls.
 Every ended step leaves a record in a bounded ring buffer: its duration and how much of it
-the training thread spent waiting in a DataLoader's ``__next__``.
+the training thread spent waiting in a DataLoader's ``__next__``; it is also added to running
+totals (step_totals.py) that the progress report carries to the sidecar's metrics.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from stepscope_agent import messages, settings
+from stepscope_agent.step_totals import StepTotals
 
 
 class StepRecord(NamedTuple):
@@ -44,6 +46,7 @@ class StepCounter:
         self.current = 0  # the step running now; steps are numbered from 0
         self.explicit = False
         self.ring: deque[StepRecord] = deque(maxlen=settings.RING_CAPACITY)
+        self.totals = StepTotals()
         self._on_boundary = on_boundary
         self._lead_optimizer: int | None = None
         self._optimizer_steps = 0
@@ -93,16 +96,25 @@ class StepCounter:
         self._data_wait = 0.0
         self._on_boundary(record, next_step)
         # The callback's own time (e.g. a profiler export) is charged to no step: it is
-        # reported separately as the export stall.
+        # reported separately as the export stall. It is the hook's time, though, as is
+        # everything since the step ended.
         self._step_started = time.perf_counter()
+        self.totals.add(record.duration_s, record.data_wait_s, self._step_started - now)
 
     def recent(self) -> messages.Progress:
         """Median step time and data wait of the recent steps, for the progress report.
         Called from the channel thread; copying a deque is atomic under the GIL."""
         ring = list(self.ring)
         records = ring[-settings.RECENT_STEPS :]
+        buckets, step_seconds, data_wait_seconds, hook_seconds = self.totals.snapshot()
+        totals = {
+            "step_buckets": buckets,
+            "step_seconds_total": step_seconds,
+            "data_wait_seconds_total": data_wait_seconds,
+            "hook_seconds_total": hook_seconds,
+        }
         if not records:
-            return messages.Progress(global_step=self.current)
+            return messages.Progress(global_step=self.current, **totals)
         # The p95 over the whole ring is what a hang check scales its threshold with: a
         # job whose steps are sometimes slow must not be called hung during a slow one.
         durations = sorted(r.duration_s for r in ring)
@@ -113,4 +125,5 @@ class StepCounter:
             data_wait_ms=statistics.median(r.data_wait_s for r in records) * 1e3,
             last_step_at=records[-1].ended_at,
             step_time_p95_ms=p95 * 1e3,
+            **totals,
         )
