@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from stepscope.analysis.merging.merge import MergeError, merge_ranks, split_into_jobs
+from stepscope.analysis.model.fabric import MAX_RANKS_PER_NODE, FabricOptions, parse_link_peaks
 from stepscope.analysis.model.job_summary import JobSummary
 from stepscope.analysis.model.rank_summary import Breakdown, RankSummary
 from stepscope.analysis.rank.summary import summarize_rank
@@ -68,6 +69,19 @@ def _placement(path: Path | None) -> dict[int, tuple[str, str]] | None:
         return {int(rank): (where.get("pod", ""), where["node"]) for rank, where in raw.items()}
     except (KeyError, AttributeError, ValueError) as error:
         raise ValueError(f"--placement {path}: expected {expected}") from error
+
+
+def fabric_options(ranks_per_node: int | None, link_peak: str | None) -> FabricOptions:
+    """--ranks-per-node and --link-peak as one `FabricOptions`; ValueError naming the flag."""
+    if ranks_per_node is not None and not 1 <= ranks_per_node <= MAX_RANKS_PER_NODE:
+        raise ValueError(
+            f"--ranks-per-node {ranks_per_node}: pass the number of ranks on each node, "
+            f"1 to {MAX_RANKS_PER_NODE} (e.g. 8 for eight GPUs per node)"
+        )
+    intra, inter = parse_link_peaks(link_peak) if link_peak is not None else (None, None)
+    return FabricOptions(
+        ranks_per_node=ranks_per_node, intra_peak_gbps=intra, inter_peak_gbps=inter
+    )
 
 
 def verdict_lines(job: JobSummary) -> list[str]:
@@ -163,7 +177,10 @@ def _job_dir_name(summaries: list[RankSummary]) -> str:
 
 
 def analyze(
-    path: str, out_dir: Path, placement: Path | None = None
+    path: str,
+    out_dir: Path,
+    placement: Path | None = None,
+    fabric: FabricOptions | None = None,
 ) -> list[tuple[Path, JobSummary]]:
     """Summarise every trace under `path` one at a time, merge each job, write its files.
 
@@ -191,7 +208,7 @@ def analyze(
     results = []
     for summaries in jobs:
         job_dir = out_dir if len(jobs) == 1 else out_dir / _job_dir_name(summaries)
-        job = merge_ranks(summaries, placement=where)
+        job = merge_ranks(summaries, placement=where, fabric=fabric)
         if failures:
             skipped = [f"skipped: {error}" for error in failures]
             job = job.model_copy(update={"notes": [*job.notes, *skipped]})
@@ -235,8 +252,9 @@ def cmd_analyze(args: argparse.Namespace) -> int:
             raise InputError(f"--out {out_dir}: is a file; pass a folder for the outputs")
         if holds_hang_dumps(args.path):
             return cmd_analyze_hangs(args.path, out_dir)
+        fabric = fabric_options(args.ranks_per_node, args.link_peak)
         with reading_s3(args.path):
-            results = analyze(args.path, out_dir, args.placement)
+            results = analyze(args.path, out_dir, args.placement, fabric)
     except (
         MergeError,
         TraceReadError,
@@ -277,6 +295,19 @@ def add_analyze_command(commands: argparse._SubParsersAction) -> None:
     )
     analyze_cmd.add_argument(
         "--placement", type=Path, help='JSON {"<rank>": {"pod": ..., "node": ...}} for slow nodes'
+    )
+    analyze_cmd.add_argument(
+        "--ranks-per-node",
+        type=int,
+        metavar="N",
+        help="ranks on each node, numbered node by node: tells intra- from inter-node "
+        "process groups when --placement does not (default: the GPUs each trace's host lists)",
+    )
+    analyze_cmd.add_argument(
+        "--link-peak",
+        metavar="intra=GBPS,inter=GBPS",
+        help="the links' peak bandwidth per GPU each way, in GB/s, instead of the table's "
+        "figure for the GPU model (e.g. intra=300,inter=50)",
     )
     analyze_cmd.add_argument(
         "--ranks",

@@ -97,6 +97,7 @@ GPU_LINKS: tuple[tuple[re.Pattern[str], str, str], ...] = tuple(
 
 INTRA, INTER, UNKNOWN = "intra", "inter", "unknown"
 MAX_PEAK_GBPS = 100_000.0
+MAX_RANKS_PER_NODE = 4096
 
 
 class LinkPeak(BaseModel):
@@ -117,7 +118,7 @@ class FabricOptions(BaseModel):
     ranks_per_node: int | None = Field(
         None,
         ge=1,
-        le=4096,
+        le=MAX_RANKS_PER_NODE,
         description="Ranks on each node, numbered node by node; unset: the GPUs the trace's "
         "host lists (an assumption the table states). A placement's node names win.",
     )

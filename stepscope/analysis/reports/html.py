@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from html import escape
 
 from stepscope.analysis.model.job_summary import Finding, JobSummary
+from stepscope.analysis.reports.bandwidth import bandwidth_section
 from stepscope.analysis.reports.context import ReportContext
 from stepscope.analysis.reports.counters import gpu_section
 from stepscope.analysis.reports.distributions import distributions
@@ -184,6 +185,7 @@ SECTIONS: list[Section] = [
     Section("distributions", "Distributions across ranks", distributions),
     Section("breakdown", "Where the step goes, per rank", _small_job_only(breakdown_per_rank)),
     Section("step-times", "Step time per rank", _small_job_only(step_times)),
+    Section("bandwidth", "Collective bandwidth against the fabric", bandwidth_section),
     Section("ranks", "Ranks", rank_detail),
     Section("details", "Details", _details),
     Section("gpu", "GPU counters and memory", lambda c: gpu_section(c.job) or None),
