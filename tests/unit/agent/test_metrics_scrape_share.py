@@ -1,0 +1,103 @@
+"""Unsigned scrapes get a fixed share of the agent's HTTP workers: scrapes beyond it are
+answered 503 at once, and the operator's signed calls are still served while every scrape
+slot is held (a scraper that reads its reply slowly holds one)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import pytest
+from stepscope_agent.bounded_http import WORKER_THREADS
+from stepscope_agent.call_auth import CallVerifier, parse_trusted_keys
+from stepscope_agent.grant_endpoint import StorageEndpoint
+from stepscope_agent.http_api import MAX_CONCURRENT_SCRAPES, METRICS_PATH, AgentHttpServer
+from stepscope_agent.sidecar_settings import SidecarSettings
+from support import free_port, wait_until
+from support.operator_helpers import AGENT_KEYRING
+from support.raw_http import reply_status, request_head
+
+from stepscope.api.agent import STATUS_PATH, AgentStatus
+
+
+class HeldScrapes:
+    """An agent whose metrics answer only once released; its status answers at once."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.scraping = threading.Semaphore(0)
+
+    def metrics(self) -> bytes:
+        self.scraping.release()
+        self.release.wait(10)
+        return b"# no ranks\n"
+
+    def status(self) -> AgentStatus:
+        return AgentStatus(pod="w-0", agent_time=time.time(), agent_version="test")
+
+
+@pytest.fixture
+def served(tmp_path):
+    agent = HeldScrapes()
+    config = SidecarSettings(
+        agent_dir=tmp_path,
+        host="127.0.0.1",
+        port=free_port(),
+        trusted_keys=AGENT_KEYRING.trusted_keys_text(),
+        storage_endpoint=StorageEndpoint.parse("http://127.0.0.1:9"),
+        pod="w-0",
+        namespace="team-a",
+        pod_uid="u-0",
+    )
+    verifier = CallVerifier(
+        parse_trusted_keys(config.trusted_keys), "team-a", "w-0", "u-0", started_at=time.time() - 1
+    )
+    server = AgentHttpServer(agent, config, verifier)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    last_worker = f"agent-http-{WORKER_THREADS - 1}"
+    wait_until(
+        lambda: any(t.name == last_worker for t in threading.enumerate()), 5, "the workers", 0.01
+    )
+    yield agent, server
+    agent.release.set()
+    server.shutdown()
+    server.server_close()
+
+
+def send(server: AgentHttpServer, path: str, headers: dict[str, str]) -> socket.socket:
+    sock = socket.create_connection(server.server_address, timeout=5)
+    sock.sendall(request_head("GET", path, headers))
+    return sock
+
+
+def test_scrapes_past_their_share_are_refused_and_the_operator_is_still_served(served):
+    agent, server = served
+    held = [send(server, METRICS_PATH, {}) for _ in range(MAX_CONCURRENT_SCRAPES)]
+    try:
+        for _ in range(MAX_CONCURRENT_SCRAPES):
+            assert agent.scraping.acquire(timeout=5), "a scrape never reached the agent"
+        extra = [send(server, METRICS_PATH, {}) for _ in range(WORKER_THREADS)]
+        for sock in extra:
+            status, reply = reply_status(sock, wait_s=5)
+            assert status == 503, reply
+            assert b"scrapes are being answered" in reply
+            sock.close()
+        # No scrape beyond the share reached the agent.
+        assert not agent.scraping.acquire(timeout=0.2)
+
+        signed = AGENT_KEYRING.signed_headers("GET", STATUS_PATH, b"", "team-a", "w-0", "u-0")
+        with send(server, STATUS_PATH, signed) as operator_call:
+            assert reply_status(operator_call, wait_s=5)[0] == 200
+
+        agent.release.set()
+        for sock in held:
+            status, reply = reply_status(sock, wait_s=5)
+            assert status == 200, reply
+            assert reply.endswith(b"# no ranks\n")
+        # The share is free again.
+        with send(server, METRICS_PATH, {}) as again:
+            assert reply_status(again, wait_s=5)[0] == 200
+    finally:
+        for sock in held:
+            sock.close()
