@@ -170,3 +170,20 @@ def link_peak(scope: str, device_names: list[str], options: FabricOptions) -> Li
                     basis += " (the reference system's NIC per GPU)"
                 return LinkPeak(link=link.name, peak_gbps=link.peak_gbps, basis=basis)
     return None
+
+
+def peak_table_markdown() -> str:
+    """The peak table as docs/contributing/analysis.md shows it (a test keeps them equal)."""
+    lines = ["| link | GB/s each way per GPU | published as |", "|---|---|---|"]
+    lines += [f"| {link.name} | {link.peak_gbps:g} | {link.basis} |" for link in LINKS.values()]
+    lines += ["", "| GPU (device name matches) | inside a node | between nodes |", "|---|---|---|"]
+    # A pipe inside a table cell ends the cell unless escaped, even within backticks.
+    lines += [
+        f"| `{pattern.pattern.replace('|', chr(92) + '|')}` | {intra} | {inter} |"
+        for pattern, intra, inter in GPU_LINKS
+    ]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(peak_table_markdown())

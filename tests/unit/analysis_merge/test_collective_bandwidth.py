@@ -36,6 +36,7 @@ from stepscope.analysis.model.fabric import (
     bus_factor,
     link_peak,
     parse_link_peaks,
+    peak_table_markdown,
 )
 from stepscope.analysis.model.group_bandwidth import group_scope
 from stepscope.analysis.reports.html import CONTENT_SECURITY_POLICY, render_report
@@ -85,6 +86,14 @@ def test_no_factor_for_a_collective_without_payload():
 def test_peak_table_by_gpu_model(device, scope, link, gbps):
     peak = link_peak(scope, [device], FabricOptions())
     assert (peak.link, peak.peak_gbps) == (link, gbps)
+
+
+def test_the_contributing_guide_shows_the_peak_table_of_the_code():
+    guide = Path(__file__).resolve().parents[3] / "docs" / "contributing" / "analysis.md"
+    assert peak_table_markdown() in guide.read_text(), (
+        "docs/contributing/analysis.md: paste the output of "
+        "python -m stepscope.analysis.model.fabric over its peak table"
+    )
 
 
 def test_stated_peaks_win_and_unknowns_stay_unknown():
