@@ -56,23 +56,11 @@ def classify_event(raw: dict) -> TraceEvent:
         ph, cat, name = _strings(ph, cat, name)
     if len(name) > MAX_NAME_CHARS:
         name = name[:MAX_NAME_CHARS]
-    if ph == "X":
-        kind = _KIND_BY_CAT.get(cat, EventKind.UNKNOWN)
-        if kind is EventKind.ANNOTATION and name.startswith("ProfilerStep"):
-            kind = EventKind.PROFILER_STEP
-    elif ph in _FLOW_PHASES:
-        kind = EventKind.FLOW
-    elif ph == "M":
-        kind = EventKind.METADATA
-    elif ph in {"i", "I"}:
-        if name == "[memory]":
-            kind = EventKind.MEMORY
-        elif cat in ("", "Trace") or get("s") == "g":
-            kind = EventKind.PROFILER_SPAN
-        else:
-            kind = EventKind.UNKNOWN
-    else:
-        kind = EventKind.UNKNOWN
+    # Complete events take their kind from the category alone, except annotations,
+    # which may be steps; the lookup saves a call on the common path.
+    kind = _KIND_BY_CAT.get(cat, EventKind.UNKNOWN) if ph == "X" else None
+    if kind is None or kind is EventKind.ANNOTATION:
+        kind = event_kind(ph, cat, name, get("s"))
     ts = get("ts", 0.0)
     if ts.__class__ is not float:
         ts = float(ts) if ts.__class__ is int else _number("ts", ts)
@@ -88,6 +76,40 @@ def classify_event(raw: dict) -> TraceEvent:
     return _new_tuple(
         TraceEvent, (kind, name, get("pid"), get("tid"), ts, dur, get("args"), ph, cat)
     )
+
+
+def event_kind(ph: str, cat: str, name: str, scope: object) -> EventKind:
+    """What an event with these (already checked) fields is; ``scope`` is its ``s``."""
+    if ph == "X":
+        kind = _KIND_BY_CAT.get(cat, EventKind.UNKNOWN)
+        if kind is EventKind.ANNOTATION and name.startswith("ProfilerStep"):
+            return EventKind.PROFILER_STEP
+        return kind
+    if ph in _FLOW_PHASES:
+        return EventKind.FLOW
+    if ph == "M":
+        return EventKind.METADATA
+    if ph in {"i", "I"}:
+        if name == "[memory]":
+            return EventKind.MEMORY
+        if cat in ("", "Trace") or scope == "g":
+            return EventKind.PROFILER_SPAN
+    return EventKind.UNKNOWN
+
+
+# The events whose ``args`` a rule reads: runtime calls and GPU activity (correlation,
+# device, External id), memory instants, and CPU ops and annotations that issue a
+# collective (``record_param_comms`` sizes, dtype, group). A reader that skips the
+# others' args (the fast reader does) gives the same summary.
+_ARGS_READ_KINDS = frozenset(
+    {EventKind.RUNTIME, EventKind.KERNEL, EventKind.MEMCPY, EventKind.MEMSET, EventKind.MEMORY}
+)
+_COMM_ARGS_KINDS = frozenset({EventKind.CPU_OP, EventKind.ANNOTATION})
+
+
+def args_are_read(kind: EventKind, name: str) -> bool:
+    """Whether the analysis reads the ``args`` of an event of this kind and name."""
+    return kind in _ARGS_READ_KINDS or (kind in _COMM_ARGS_KINDS and is_comm_op(name))
 
 
 def _clamped_duration(dur: float) -> float:

@@ -1,7 +1,10 @@
 """Stream a Kineto Chrome-trace file once, in memory bounded by the chunk size.
 
-``ijson`` (its C backend where installed) builds one event object at a time
-from ``traceEvents``; everything else at the top level (``distributedInfo``,
+``chunked_decoding`` decodes ``traceEvents`` a chunk of whole events at a time
+with msgspec. Whatever it does not read exactly as ijson would, it declines, and
+``ijson`` (its C backend where installed), which builds one event object at a time,
+reads the file again from its start and takes over where it stopped, so errors and
+partial reads are ijson's. Everything else at the top level (``distributedInfo``,
 ``deviceProperties``, job metadata) is small and is recovered afterwards from
 the first and last megabyte of the text, so it may sit before or after
 ``traceEvents``. ``.json`` and ``.json.gz`` are both read; gzip is detected by
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import re
 import zlib
 from collections import deque
@@ -44,12 +48,40 @@ from stepscope.analysis.reading.trace_input import (
     decompressed,
 )
 
-__all__ = ["CHUNK_BYTES", "IJSON_BACKEND", "TraceHeader", "TraceReadError", "TraceReader"]
+try:
+    from stepscope.analysis.reading import chunked_decoding
+except ImportError:  # no msgspec wheel for this platform: ijson reads everything
+    chunked_decoding = None  # type: ignore[assignment]
+
+__all__ = [
+    "CHUNK_BYTES",
+    "IJSON_BACKEND",
+    "PARSER_ENV",
+    "TraceHeader",
+    "TraceReadError",
+    "TraceReader",
+    "chosen_parser",
+]
 
 # ijson picks its fastest installed backend; the C one (yajl2_c) is several
 # times faster than the others, and summaries say when it is missing.
 IJSON_BACKEND: str = ijson.backend
 HEAD_BYTES = 1024 * 1024
+FAST_PARSER = "msgspec"
+PARSERS = (FAST_PARSER, "ijson")
+# Names the parser for every reader in the process ("msgspec" or "ijson"); tests and
+# benchmarks set it to compare the two on the same traces.
+PARSER_ENV = "STEPSCOPE_TRACE_PARSER"
+
+
+def chosen_parser() -> str:
+    """``$STEPSCOPE_TRACE_PARSER`` when set, else msgspec where it is installed."""
+    named = os.environ.get(PARSER_ENV, "").strip() or FAST_PARSER
+    if named not in PARSERS:
+        raise ValueError(f"{PARSER_ENV}={named!r}: set it to one of {', '.join(PARSERS)}")
+    return named if chunked_decoding is not None else "ijson"
+
+
 TAIL_BYTES = 1024 * 1024
 
 
@@ -98,15 +130,30 @@ class TraceReader:
     ``header``.
 
     `path` names the trace in errors; `opener`, when given, returns its bytes as a
-    stream (an S3 object body, say) instead of opening `path` as a file.
+    stream (an S3 object body, say) instead of opening `path` as a file. `parser` is
+    ``"msgspec"`` (the fast path, ``chunked_decoding``) or ``"ijson"``; by default
+    ``chosen_parser()``.
     """
 
-    def __init__(self, path: str | Path, opener: Callable[[], BinaryIO] | None = None):
+    def __init__(
+        self,
+        path: str | Path,
+        opener: Callable[[], BinaryIO] | None = None,
+        *,
+        parser: str | None = None,
+    ):
+        self.parser = parser or chosen_parser()
+        if self.parser not in PARSERS:
+            raise ValueError(f"parser {self.parser!r} is not one of {', '.join(PARSERS)}")
+        if chunked_decoding is None:
+            self.parser = "ijson"
         self.path = Path(path) if opener is None else path
         self.name = str(path)
         self._open = opener or partial(Path(path).open, "rb")
         self.header = TraceHeader()
         self.event_count = 0
+        # Why the fast path handed the file to ijson, if it did (tests and benchmarks ask).
+        self.declined: str | None = None
 
     def events(self) -> Iterator[TraceEvent]:
         """Every event, classified; raises TraceReadError as described above."""
@@ -124,6 +171,21 @@ class TraceReader:
         return _top_level_keys(bytes(recorder.head)) if recorder is not None else {}
 
     def _read(self, *, raw: bool) -> Iterator:
+        yielded = 0
+        if self.parser == FAST_PARSER:
+            try:
+                yield from self._pass(self._parse_chunks, raw=raw)
+                return
+            except Exception as err:  # noqa: BLE001 - whatever it was, ijson meets it and names it
+                # The fast path declined (chunked_decoding says when): read the file again
+                # with ijson, which yields the same events up to that point and then fails,
+                # or not, exactly as it always has.
+                self.declined = f"{type(err).__name__}: {err}"[:500]
+                yielded = self.event_count
+        yield from islice(self._pass(self._parse, raw=raw), yielded, None)
+
+    def _pass(self, parse: Callable[..., Iterator], *, raw: bool) -> Iterator:
+        """One read of the file from its start with `parse`, then its header."""
         try:
             stream = self._open()
         except OSError as err:
@@ -133,7 +195,7 @@ class TraceReader:
         with stream:
             recorder = self._recorder = _RecordingReader(LimitedStream(decompressed(stream)))
             try:
-                yield from self._parse(recorder, raw=raw)
+                yield from parse(recorder, raw=raw)
             except TraceReadError:
                 # Keep what the head says (rank, devices) for a partial summary.
                 self._read_header(recorder, ended=False)
@@ -148,6 +210,14 @@ class TraceReader:
                 "'traceEvents' holds no events (it must be a non-empty array of event objects)",
                 truncated=False,
             )
+
+    def _parse_chunks(self, recorder: _RecordingReader, *, raw: bool) -> Iterator:
+        self.event_count = 0
+        for batch in chunked_decoding.decoded_batches(recorder.read, raw=raw):
+            if self.event_count + len(batch) > MAX_TRACE_EVENTS:
+                raise chunked_decoding.Declined("more than MAX_TRACE_EVENTS")  # ijson names it
+            self.event_count += len(batch)
+            yield from batch
 
     def _parse(self, recorder: _RecordingReader, *, raw: bool) -> Iterator:
         items = ijson.items(recorder, "traceEvents.item", use_float=True, buf_size=CHUNK_BYTES)

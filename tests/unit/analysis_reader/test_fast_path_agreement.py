@@ -1,0 +1,110 @@
+"""The msgspec fast path and the ijson fallback read every trace into the same summary.
+
+The fast path (``chunked_decoding``) must never change a result: on every public trace,
+every recorded scenario and random rearrangements of real events, both parsers give the
+same ``RankSummary`` to the last field, and on real traces the fast path reads the whole
+file itself (it does not hand it to ijson).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from stepscope.analysis import summarize_rank
+from stepscope.analysis.reading import chunked_decoding
+from stepscope.analysis.reading.reader import PARSER_ENV, TraceReader
+
+SCENARIOS = Path(__file__).resolve().parents[2] / "data" / "scenarios"
+RECORDED = sorted(SCENARIOS.glob("*/rank-*.json.gz"))
+
+
+def _public_traces(shared_traces: Path) -> list[Path]:
+    more = shared_traces.parent / "gpu-more"
+    return sorted(shared_traces.glob("*.json.gz")) + sorted(more.glob("*.json.gz"))
+
+
+def _summary_by(parser: str, path: Path, monkeypatch) -> dict:
+    monkeypatch.setenv(PARSER_ENV, parser)
+    return summarize_rank(path).model_dump()
+
+
+def _fast_path_reads_it_whole(path: Path) -> None:
+    reader = TraceReader(path, parser="msgspec")
+    count = sum(1 for _ in reader.events())
+    assert reader.declined is None, f"{path.name}: {reader.declined}"
+    assert count == reader.event_count > 0
+
+
+def test_public_traces_read_the_same_by_both_parsers(shared_traces, monkeypatch):
+    traces = _public_traces(shared_traces)
+    assert len(traces) >= 11
+    for path in traces:
+        _fast_path_reads_it_whole(path)
+        fast = _summary_by("msgspec", path, monkeypatch)
+        assert fast == _summary_by("ijson", path, monkeypatch), path.name
+
+
+@pytest.mark.parametrize("path", RECORDED, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_recorded_scenarios_read_the_same_by_both_parsers(path, monkeypatch):
+    _fast_path_reads_it_whole(path)
+    assert _summary_by("msgspec", path, monkeypatch) == _summary_by("ijson", path, monkeypatch)
+
+
+def test_small_chunks_cut_between_the_same_events(shared_traces, monkeypatch):
+    """Chunks of 4 KiB put thousands of cuts into a real trace; none changes a thing."""
+    path = shared_traces / "ddp-2rank-nccl-rank0.json.gz"
+    monkeypatch.setattr(chunked_decoding, "BLOCK_BYTES", 4096)
+    _fast_path_reads_it_whole(path)
+    assert _summary_by("msgspec", path, monkeypatch) == _summary_by("ijson", path, monkeypatch)
+
+
+# Strings that look like an event boundary or the array's end to a byte search.
+TRICKY_NAMES = [
+    'aten::mm},{"ph":"X"',
+    "grad},",
+    'quote \\" then },',
+    "]}, {",
+    "],\n",
+    "naïve ünïcode },",
+]
+
+
+@pytest.fixture(scope="module")
+def real_events(shared_traces) -> tuple[dict, list[dict]]:
+    doc = json.loads(gzip.decompress((shared_traces / "ddp-2rank-nccl-rank0.json.gz").read_bytes()))
+    return doc, doc.pop("traceEvents")
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_random_slices_of_real_events_read_the_same(seed, real_events, tmp_path, monkeypatch):
+    """Random subsets of a real trace's events in random orders, some renamed with
+    strings that hold brackets and quotes, wrapped as a trace with its header before
+    or after the events: both parsers agree, in chunks small enough to cut many times."""
+    chance = random.Random(seed)
+    header, events = real_events
+    picked = [dict(event) for event in chance.sample(events, chance.randint(1, 3000))]
+    if chance.random() < 0.5:
+        chance.shuffle(picked)
+    for event in chance.sample(picked, min(len(picked), 40)):
+        event["name"] = chance.choice(TRICKY_NAMES) + event.get("name", "")
+    layout = chance.choice(["before", "after", "none"])
+    top = {k: v for k, v in header.items() if k in ("distributedInfo", "deviceProperties")}
+    doc = {**(top if layout == "before" else {}), "traceEvents": picked}
+    doc.update(top if layout == "after" else {})
+    path = tmp_path / f"slice-{seed}.json"
+    path.write_text(json.dumps(doc, indent=chance.choice([None, 1])))
+    monkeypatch.setattr(chunked_decoding, "BLOCK_BYTES", chance.choice([512, 4096, 1 << 20]))
+    _fast_path_reads_it_whole(path)
+    assert _summary_by("msgspec", path, monkeypatch) == _summary_by("ijson", path, monkeypatch)
+
+
+def test_merged_trace_events_are_the_same_objects(shared_traces):
+    path = shared_traces / "resnet-1rank-nccl-rank0.json.gz"
+    fast = TraceReader(path, parser="msgspec")
+    assert list(fast.raw_events()) == list(TraceReader(path, parser="ijson").raw_events())
+    assert fast.declined is None
