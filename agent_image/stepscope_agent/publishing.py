@@ -15,6 +15,8 @@ import logging
 import re
 import shutil
 import statistics
+import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -181,14 +183,46 @@ def write_artifacts(
 
 
 def summarize(trace: Path, rank: int) -> tuple[RankSummary | None, str | None]:
-    """The shared per-rank analysis, imported lazily: the agent still uploads the trace
-    when the analysis is missing or fails, and says why in the rank's summary and reason."""
+    """The shared per-rank analysis, in a child process that yields to training (see
+    SUMMARY_NICENESS): the agent still uploads the trace when the analysis is missing or
+    fails, and says why in the rank's summary and reason."""
+    command = [sys.executable, "-c", _SUMMARIZE_CHILD, str(trace), str(rank)]
+    command.append(str(SUMMARY_NICENESS))
     try:
-        from stepscope.analysis import summarize_rank
-
-        return summarize_rank(trace, rank=rank), None
+        child = subprocess.run(command, capture_output=True, timeout=SUMMARY_TIMEOUT_S, check=False)
+        outcome, _, body = child.stdout.partition(b"\n")
+        if child.returncode != 0 or outcome not in (b"summary", b"error"):
+            lines = child.stderr.decode(errors="replace").strip().splitlines()
+            return None, f"summary unavailable: {(lines or [f'exit {child.returncode}'])[-1]}"
+        if outcome == b"error":
+            return None, f"summary unavailable: {body.decode(errors='replace')}"
+        return RankSummary.model_validate_json(body), None
     except Exception as error:  # noqa: BLE001 - analysis is best effort here
         return None, f"summary unavailable: {error!r}"
+
+
+# The summary must not compete with training. The child lowers itself before it imports
+# anything: pinned to one core (the last the sidecar may use), it never takes more than
+# one; at nice 10 its CFS weight is 110 against 1024 for a nice-0 thread, so a training
+# thread on that core in the same CPU cgroup gets about 90% of it and the summary about
+# 10%. Across containers the kernel shares by cgroup weight instead, and the sidecar's
+# whole container gets about its CPU request (100m by default) when the trainer wants
+# every core. Idle cores it may use in full: a summary then takes seconds, not minutes.
+SUMMARY_NICENESS = 10
+# A trace at the rank budget (1 GiB of gzip, about 10 GB of JSON) takes minutes on a free
+# core and ten times that on a busy one; past this the trace is uploaded unsummarised.
+SUMMARY_TIMEOUT_S = 3600
+_SUMMARIZE_CHILD = """
+import os, sys
+os.nice(int(sys.argv[3]))
+os.sched_setaffinity(0, {max(os.sched_getaffinity(0))})
+from stepscope.analysis import summarize_rank
+try:
+    reply = "summary\\n" + summarize_rank(sys.argv[1], rank=int(sys.argv[2])).model_dump_json()
+except Exception as error:
+    reply = "error\\n" + repr(error)
+sys.stdout.write(reply)
+"""
 
 
 def with_counter_statistics(summary: CaptureSummary, counters: Path) -> CaptureSummary:
