@@ -17,7 +17,12 @@ power is the share of straggler sessions whose straggler is the late rank, and *
 share where the late rank is at least named in a lateness finding (a low possible-straggler
 included). Each rate comes with its trial count and a 95% Wilson interval.
 
+The jitter model is the one the default window length is derived from
+(`stepscope/analysis/merging/window_length.py`); `--default-window` measures, at each rank
+count, the common straggler's power and the false-headline rate at that derived length.
+
     python bench/bench_verdict_power.py [--trials 200] [--ranks 4,8,64] [--steps 5,10,20]
+    python bench/bench_verdict_power.py --default-window [--ranks 2,3,4,8,64]
 """
 
 from __future__ import annotations
@@ -28,6 +33,17 @@ import random
 import time
 
 from stepscope.analysis.merging.merge import merge_ranks
+from stepscope.analysis.merging.window_length import (
+    COMMON_STRAGGLER_SHARE,
+    PAUSE_CHANCE,
+    default_window_steps,
+)
+from stepscope.analysis.merging.window_length import (
+    JITTER_MEAN as JITTER_MEAN_OF_STEP,
+)
+from stepscope.analysis.merging.window_length import (
+    PAUSE_MAX as PAUSE_MAX_OF_STEP,
+)
 from stepscope.analysis.model.rank_summary import (
     Breakdown,
     CollectiveRecord,
@@ -36,9 +52,6 @@ from stepscope.analysis.model.rank_summary import (
 )
 
 STEP_MS = 100.0
-JITTER_MEAN_OF_STEP = 0.04
-PAUSE_CHANCE = 0.1
-PAUSE_MAX_OF_STEP = 0.2
 LATE_RANK = 1
 LATENESS_FINDINGS = ("straggler-rank", "possible-straggler", "late-ranks", "slow-node")
 # Each step's collectives: the gate that shows who was late, then one in lock-step after it.
@@ -147,7 +160,15 @@ def main() -> None:
     parser.add_argument("--ranks", default="4,8,64")
     parser.add_argument("--steps", default="5,10,20")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--default-window",
+        action="store_true",
+        help="judge each rank count at the window length the operator picks by default",
+    )
     args = parser.parse_args()
+    if args.default_window:
+        default_window(args)
+        return
     ranks_list = [int(v) for v in args.ranks.split(",")]
     steps_list = [int(v) for v in args.steps.split(",")]
     started = time.process_time()
@@ -174,6 +195,27 @@ def main() -> None:
                     f"headline {_rate(result['found'], trials)}  "
                     f"named {_rate(result['named'], trials)}"
                 )
+    print(f"cpu seconds: {time.process_time() - started:.0f}")
+
+
+def default_window(args: argparse.Namespace) -> None:
+    """The default window's power against the common straggler, and its false headlines."""
+    started = time.process_time()
+    print(
+        f"default window (ops tier): the {COMMON_STRAGGLER_SHARE:.0%} straggler's headline "
+        "rate (target >= 80%) and noise's (target <= 1%), 95% Wilson intervals"
+    )
+    for ranks in [int(v) for v in args.ranks.split(",")]:
+        steps = default_window_steps(ranks, "ops")
+        trials = args.trials or (400 if ranks <= 8 else 100)
+        seed = args.seed + ranks * 1000 + steps
+        late = judge(ranks, steps, COMMON_STRAGGLER_SHARE, trials, seed)
+        noise = judge(ranks, steps, 0.0, trials, seed + 1)
+        print(
+            f"  {ranks:4d} ranks {steps:3d} steps  n={trials:4d}  "
+            f"straggler headline {_rate(late['found'], trials)}  "
+            f"noise headline {_rate(noise['headline'], trials)}"
+        )
     print(f"cpu seconds: {time.process_time() - started:.0f}")
 
 

@@ -142,14 +142,22 @@ class WindowSpec(ApiModel):
         ),
     )
 
-    steps: Annotated[
-        StrictInt,
-        in_range("window.steps", 1, MAX_WINDOW_STEPS, "the number of training steps to capture"),
-    ] = Field(
-        5,
+    steps: (
+        Annotated[
+            StrictInt,
+            in_range(
+                "window.steps", 1, MAX_WINDOW_STEPS, "the number of training steps to capture"
+            ),
+        ]
+        | None
+    ) = Field(
+        None,
         description=(
             "Desired state. Number of consecutive global training steps captured on every "
-            "rank, 1 to 1000. Default: 5."
+            "rank, 1 to 1000. Unset: the fewest steps that decide a rank late by 10% of the "
+            "step at the job's rank count (11 at 4 ranks, 8 at 8 ranks), at most 50 for "
+            "granularity steps, 20 for ops and 10 for full; status.window shows the steps "
+            "planned. Default: unset."
         ),
     )
     warmup_steps: Annotated[

@@ -195,7 +195,7 @@ async def plan_further_ahead(
     so until the capture deadline; the new plan under a new capture id, or None when the
     session ended (Failed) or the operator stopped."""
     window = LeadWindow(
-        steps=view.spec.window.steps,
+        steps=record.plan.steps,
         warmup_steps=view.spec.window.warmup_steps,
         lead_seconds=decision.lead_seconds,
     )

@@ -16,7 +16,9 @@ from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any
 
+from stepscope.analysis.merging.window_length import default_window_steps
 from stepscope.api.phases import Phase, Reason
+from stepscope.api.session import WindowSpec
 from stepscope_operator.context import OperatorContext
 from stepscope_operator.errors import describe_exception, is_transient
 from stepscope_operator.metrics import PROBE_DURATION
@@ -53,7 +55,7 @@ from stepscope_operator.targets.resolving import (
     RankTarget,
     TooManyRanks,
 )
-from stepscope_operator.threads import in_thread
+from stepscope_operator.threads import computed, in_thread
 
 log = logging.getLogger(__name__)
 
@@ -241,11 +243,12 @@ async def probe_and_plan(
     # The targets were resolved from the API server just now: their addresses are current.
     probes = await probe_agents(ctx.agents(view.namespace), planned_addresses(targets))
     PROBE_DURATION.labels(view.namespace).observe(time.monotonic() - probing)
+    window = await window_to_plan(view, len(targets))
     now = ctx.now()
     try:
         plan = plan_window(
             probes.values(),
-            view.spec.window,
+            window,
             now,
             ctx.settings.plan_margin_seconds,
             deadline=now + timeout,
@@ -263,6 +266,16 @@ async def probe_and_plan(
         capture_deadline=now + timeout,
         unreachable={pod: p.error or "unreachable" for pod, p in probes.items() if not p.ok},
     )
+
+
+async def window_to_plan(view: SessionView, ranks: int) -> WindowSpec:
+    """spec.window with its steps set: the user's, or the default length for this many ranks
+    at this granularity (window_length.py), computed off the event loop since a first ask
+    at thousands of ranks takes a fraction of a second."""
+    if view.spec.window.steps is not None:
+        return view.spec.window
+    steps = await computed(view.namespace, default_window_steps, ranks, view.spec.granularity)
+    return view.spec.window.model_copy(update={"steps": steps})
 
 
 def _ready_reason(writer: StatusWriter) -> str | None:

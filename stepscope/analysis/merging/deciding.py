@@ -148,16 +148,32 @@ def steps_for_power(
     to the cap would (it is not behind more often than chance, or only a little)."""
     if ranks < 2 or not observed:
         return None
+    counts = [0] * ranks
+    for position in observed:
+        counts[position] += 1
+    chances = [count / len(observed) for count in counts]
+    return power_of_positions(chances, ranks, steps_to_reach(ranks, bar), bar, power)
+
+
+def power_of_positions(
+    chances: list[float],
+    ranks: int,
+    floor: int | None,
+    bar: float = HEADLINE_MAX_P,
+    power: float = DECIDING_POWER,
+) -> int | None:
+    """The fewest steps, from `floor` (the attainable count) up, at which a rank whose
+    position in each step is drawn from `chances` (P(behind exactly k others)) reaches
+    adjusted p <= `bar` with probability `power`; None past the cap or when it is not
+    behind more often than chance."""
     # numpy only here: every merge imports this module, few ask how many steps would decide,
     # and the trace reader's memory limit is sized without numpy loaded.
     import numpy as np
 
-    chances = np.bincount(observed, minlength=ranks).astype(float) / len(observed)
-    if float(np.dot(np.arange(ranks), chances)) <= (ranks - 1) / 2.0:
+    chances = np.asarray(chances, dtype=float)
+    if floor is None or float(np.dot(np.arange(ranks), chances)) <= (ranks - 1) / 2.0:
         return None
-    low = steps_to_reach(ranks, bar)
-    if low is None:
-        return None
+    low = floor
     if _power(chances, ranks, low, bar) >= power:
         return low
     high = low

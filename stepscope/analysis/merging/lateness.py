@@ -15,8 +15,10 @@ The statistic and its null:
   rank is equally likely to hold any position, independently from step to step. A
   position is then uniform on 0..N-1 (ties within the noise floor only lower it), so the
   score's null distribution is that of a sum of S independent uniforms. Its tail is
-  computed exactly (integer counts) while that is cheap, and bounded with Hoeffding's
-  inequality beyond, which only makes the test more conservative.
+  computed exactly with integer counts: from one table of every score while the table is
+  small, else score by score from the closed form (inclusion-exclusion over how many
+  positions overflow), and bounded with Hoeffding's inequality only past
+  ``CLOSED_FORM_MAX_STEPS``, which makes the test more conservative there.
 * The rank tested is the one the data point at, out of N, so each rank's tail probability
   is Šidák-adjusted: ``p = 1 - (1 - p_rank) ** N``. The adjusted p is the chance that *any*
   rank scores that high with no real straggler, at every job size.
@@ -38,9 +40,13 @@ from dataclasses import dataclass
 
 # A rank is called late when its Šidák-adjusted p-value is at most this.
 LATE_MAX_P = 0.1
-# Above this many table cells (steps times the score's range) the exact tail would cost
-# too much, so Hoeffding's bound replaces it.
+# Above this many table cells (steps times the score's range) the table of every score
+# would cost too much memory, so each score's tail comes from the closed form instead.
 EXACT_TAIL_MAX_CELLS = 500_000
+# The closed form sums `steps` terms of large binomials per score; past this many steps
+# (a window of 200 steps at thousands of ranks) Hoeffding's bound replaces it. Hoeffding
+# alone would need 26 steps before any rank of 4,096 could reach p <= 0.01.
+CLOSED_FORM_MAX_STEPS = 200
 # Groups of late ranks are tested up to this size (a node holds 8 GPUs, a few nodes more).
 MAX_GROUP = 32
 
@@ -143,7 +149,7 @@ def tail_at_top(steps: int, ranks: int) -> float:
     that `steps` steps can give at `ranks` ranks, as `score_tail` computes it."""
     if ranks < 2:
         return 1.0
-    if _exact_fits(steps, ranks):
+    if _exact_fits(steps, ranks) or steps <= CLOSED_FORM_MAX_STEPS:
         # Exactly one sequence of positions reaches the top score.
         return float(ranks) ** -steps
     return math.exp(-steps / 2.0)  # Hoeffding's bound at the top score
@@ -154,6 +160,8 @@ def score_tail(steps: int, ranks: int):
     top = steps * (ranks - 1)
     if ranks < 2:
         return lambda score: 1.0
+    if not _exact_fits(steps, ranks) and steps <= CLOSED_FORM_MAX_STEPS:
+        return functools.partial(_closed_form_tail, steps, ranks)
     if not _exact_fits(steps, ranks):
         mean = top / 2.0
 
@@ -170,6 +178,24 @@ def score_tail(steps: int, ranks: int):
         return at_least[min(max(score, 0), len(at_least) - 1)] / total
 
     return exact
+
+
+@functools.lru_cache(maxsize=8192)
+def _closed_form_tail(steps: int, ranks: int, score: int) -> float:
+    """P(sum of `steps` uniforms on 0..ranks-1 >= score), exactly: by symmetry the count of
+    sequences summing to at most top - score, by inclusion-exclusion over the positions
+    forced past ranks - 1. Python integers keep every term exact."""
+    top = steps * (ranks - 1)
+    most = top - max(score, 0)
+    if most < 0:
+        return 0.0
+    if most >= top:
+        return 1.0
+    count = 0
+    for over in range(min(steps, most // ranks) + 1):
+        term = math.comb(steps, over) * math.comb(most - over * ranks + steps, steps)
+        count += -term if over % 2 else term
+    return count / ranks**steps
 
 
 # Merging one job asks for one table; asking how many steps would decide, or simulating

@@ -26,6 +26,8 @@ from support.operator_helpers import (
     session_phase,
 )
 
+from stepscope.analysis.merging.window_length import default_window_steps
+
 pytestmark = pytest.mark.integration
 
 PODS, RANKS_PER_POD = 2, 2
@@ -102,7 +104,9 @@ def test_a_missed_start_is_replanned_and_the_session_succeeds(
         "spec": {
             "target": {"podSelector": {"matchLabels": {"app": "fleet"}}},
             "granularity": "steps",
-            "window": {"steps": 5, "warmupSteps": 0, "leadSeconds": 1, "timeoutSeconds": 60},
+            # No steps: the operator picks the default length for the fleet's rank count,
+            # and the re-plan keeps it.
+            "window": {"warmupSteps": 0, "leadSeconds": 1, "timeoutSeconds": 60},
         },
     }
     local_cluster.kubectl("apply", "-f", "-", input=json.dumps(session))
@@ -143,6 +147,10 @@ def test_a_missed_start_is_replanned_and_the_session_succeeds(
         plan["plan"]["start_step"],
         plan["plan"]["end_step"],
     )
+    default = default_window_steps(PODS * RANKS_PER_POD, "steps")
+    assert default > 5  # longer than the old fixed default at this rank count
+    assert plan["plan"]["steps"] == default
+    assert window["endStep"] - window["startStep"] + 1 == default
     held_start = late.held[0][2]
     assert window["startStep"] > held_start
     assert f"steps {window['startStep']}" not in plan["missed_windows"][0]

@@ -29,9 +29,31 @@ def test_the_exact_tail_matches_enumerating_every_outcome(steps, ranks):
         assert tail(score) == pytest.approx(_brute_tail(steps, ranks, score), abs=1e-12)
 
 
+@pytest.mark.parametrize(("steps", "ranks"), [(4, 3), (5, 4), (12, 8), (20, 30)])
+def test_the_closed_form_gives_the_tables_tail_at_every_score(steps, ranks):
+    table = lateness.score_tail(steps, ranks)
+    for score in range(-1, steps * (ranks - 1) + 2):
+        closed = lateness._closed_form_tail(steps, ranks, score)
+        assert closed == pytest.approx(table(score), rel=1e-12, abs=1e-300)
+
+
+def test_past_the_table_the_tail_stays_exact_so_thousands_of_ranks_can_decide():
+    # 4,096 ranks x 20 steps is past the table; Hoeffding's bound alone would put the
+    # smallest adjusted p at 1 - (1 - e^-10)^4096 = 0.17, so no rank could ever be decided.
+    steps, ranks = 20, 4096
+    assert not lateness._exact_fits(steps, ranks)
+    assert lateness.tail_at_top(steps, ranks) == float(ranks) ** -steps
+    tail = lateness.score_tail(steps, ranks)
+    assert tail(steps * (ranks - 1)) == pytest.approx(float(ranks) ** -steps, rel=1e-9)
+    assert tail(0) == 1.0
+    # The median score of a sum of uniforms is its mean: half the mass at or above it.
+    assert tail(steps * (ranks - 1) // 2) == pytest.approx(0.5, abs=0.01)
+
+
 def test_hoeffding_bound_is_never_below_the_exact_tail(monkeypatch):
     exact = lateness.score_tail(12, 8)
     monkeypatch.setattr(lateness, "EXACT_TAIL_MAX_CELLS", 0)
+    monkeypatch.setattr(lateness, "CLOSED_FORM_MAX_STEPS", 0)
     bound = lateness.score_tail(12, 8)
     for score in range(0, 12 * 7 + 1, 3):
         assert bound(score) >= exact(score) - 1e-12

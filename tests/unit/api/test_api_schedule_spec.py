@@ -31,7 +31,7 @@ def test_defaults() -> None:
     assert spec.history_limit == 5
     assert spec.regression.threshold_pct == 5.0
     assert spec.suspend is False
-    assert spec.session_template.window.steps == 5
+    assert spec.session_template.window.steps is None  # the operator picks it per job
 
 
 # From Monday 2026-01-05 01:00 UTC, the next tick each schedule asks for.

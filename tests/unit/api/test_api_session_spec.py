@@ -34,7 +34,8 @@ def test_example_loads_and_round_trips() -> None:
 def test_defaults_match_the_design() -> None:
     loaded = ProfileSessionSpec.model_validate(spec())
     assert loaded.target.ranks == "all"
-    assert (loaded.window.steps, loaded.window.warmup_steps) == (5, 1)
+    # Unset steps: the operator derives the length from the rank count (window_length.py).
+    assert (loaded.window.steps, loaded.window.warmup_steps) == (None, 1)
     assert loaded.window.start_step is None
     assert (loaded.window.lead_seconds, loaded.window.timeout_seconds) == (10, 900)
     assert loaded.granularity == "ops"
