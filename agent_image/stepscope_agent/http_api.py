@@ -65,6 +65,9 @@ METRICS_PATH = "/metrics"
 # Workers that may serve scrapes at the same time; the rest of bounded_http.WORKER_THREADS
 # stay free for the operator's calls even while clients read replies slowly.
 MAX_CONCURRENT_SCRAPES = 2
+# How long a scrape waits for one of those slots before it is refused: a scraper that sends
+# its next request the moment it has read a reply can find the slot not yet given back.
+SCRAPE_SLOT_WAIT_S = 0.1
 
 
 class AgentService(Protocol):
@@ -157,7 +160,7 @@ class AgentRequestHandler(BoundedRequestHandler):
         """The unsigned scrape: no body, and no more than its share of the workers."""
         if self._declared_length() is None:
             return
-        if not self.server.scrape_slots.acquire(blocking=False):
+        if not self.server.scrape_slots.acquire(timeout=SCRAPE_SLOT_WAIT_S):
             self._error(
                 HTTPStatus.SERVICE_UNAVAILABLE,
                 f"{MAX_CONCURRENT_SCRAPES} scrapes are being answered; scrape again later",
