@@ -31,6 +31,7 @@ MAX_PEAK_FRACTION = 0.25
 # (one rank of the group merged) or when the op's CPU duration stood in for the kernel's.
 ONE_RANK_TRUST = 0.8
 CPU_TIMING_TRUST = 0.7
+GROUP_NAME_SHOWN = 40
 
 
 def slow_buckets(job: JobSummary) -> list[tuple[GroupBandwidth, BucketBandwidth]]:
@@ -63,38 +64,35 @@ def slow_collective_bandwidth(job: JobSummary) -> Finding | None:
     saved_ms = bucket.ms_per_step * (1.0 - best / limit)
     impact = pct_of_step(min(saved_ms, typical_ms(job, "comm_exposed_ms")), job)
     trust = ONE_RANK_TRUST if bucket.ranks < 2 else 1.0
+    # Group names come from the trace; a long one must not crowd the numbers out.
+    name = group.group[:GROUP_NAME_SHOWN]
     caveats = []
+    if "assumed" in group.scope_basis:
+        caveats.append(f" {group.scope.capitalize()}-node is assumed: pass --ranks-per-node.")
     if bucket.ranks < 2:
-        caveats.append(
-            " Only one rank of the group was merged, so its kernels' time includes any wait "
-            "for the others."
-        )
+        caveats.append(" One rank of the group merged: its kernel time includes waiting.")
     if group.timing == "cpu_op":
         trust *= CPU_TIMING_TRUST
-        caveats.append(
-            " No GPU kernel ran the collective, so the op's CPU duration stands in for it."
-        )
-    upper = size_label(bucket.min_bytes * 2)
+        caveats.append(" No kernel ran it: timed by the CPU op.")
     others = len(slow) - 1
-    also = f" {others} more slow bucket(s) in the table." if others else ""
+    if others:
+        caveats.append(f" {others} more slow bucket(s) in the table.")
     return Finding(
         id="slow-collective-bandwidth",
         severity=severity_for(impact),
-        title=f"{group.collective} on group {group.group} runs at {best:.1f} GB/s of "
+        title=f"{group.collective} on group {name} runs at {best:.1f} GB/s of "
         f"{peak.peak_gbps:g} GB/s",
         evidence=Evidence(
             text=(
-                f"{group.collective} on process group {group.group} ({group.group_size} ranks, "
-                f"{group.scope}-node: {group.scope_basis}), messages of "
-                f"{size_label(bucket.min_bytes)} to {upper}: {bucket.count} calls, "
+                f"{group.collective} on group {name} ({group.group_size} ranks, "
+                f"{group.scope}-node), {size_label(bucket.min_bytes)} to "
+                f"{size_label(bucket.min_bytes * 2)} messages: {bucket.count} calls, "
                 f"{100 * bucket.share_of_group:.0f}% of the group's collective time, "
-                f"{bucket.ms_per_step:.2f} ms per step. Bus bandwidth {best:.2f} GB/s at best "
-                f"(slowest rank {bucket.slowest_rank}: {bucket.busbw_gbps or 0.0:.2f} GB/s), "
+                f"{bucket.ms_per_step:.2f} ms per step, {best:.2f} GB/s bus bandwidth at best "
+                f"(slowest rank {bucket.slowest_rank}: {bucket.busbw_gbps or 0.0:.2f}): "
                 f"{100 * best / peak.peak_gbps:.1f}% of the {peak.link} peak of "
-                f"{peak.peak_gbps:g} GB/s ({peak.basis}); below {100 * MAX_PEAK_FRACTION:.0f}% "
-                f"of peak on messages this large the link is not what limits it."
-                + "".join(caveats)
-                + also
+                f"{peak.peak_gbps:g} GB/s. Under {100 * MAX_PEAK_FRACTION:.0f}% of peak on "
+                "messages this large, the link is not the limit." + "".join(caveats)
             ),
             numbers={
                 "busbw_gbps": round(best, 3),
@@ -110,15 +108,12 @@ def slow_collective_bandwidth(job: JobSummary) -> Finding | None:
         ),
         confidence=round(trust * confidence_for(job, limit / max(best, 1e-9), 1.0), 2),
         recommendation=(
-            "Find out which path NCCL took: NCCL_DEBUG=INFO (NCCL_DEBUG_SUBSYS=INIT,GRAPH,TUNING) "
-            "prints the topology, the transport (P2P/NVLink, SHM, NET/IB, NET/Socket) and the "
-            "algorithm and protocol per size. A socket or shared-memory transport where NVLink "
-            "or InfiniBand should carry it (NCCL_P2P_DISABLE or NCCL_IB_DISABLE set, GPUDirect "
-            "RDMA off, the NIC on the other CPU socket, a pod without the RDMA device) explains "
-            "a fraction of the peak. For large messages compare NCCL_ALGO=Ring,Tree and "
-            "NCCL_PROTO=Simple against the default, and send fewer, larger messages: DDP's "
-            "bucket_cap_mb (25 MiB by default), FSDP's wrapping policy so each all_gather and "
-            "reduce_scatter moves tens of MiB."
+            "Check NCCL's path: NCCL_DEBUG=INFO prints the transport (NVLink P2P, SHM, IB, "
+            "socket), algorithm and protocol. A socket or SHM transport where NVLink or "
+            "InfiniBand should carry it (NCCL_P2P_DISABLE or NCCL_IB_DISABLE set, no GPUDirect "
+            "RDMA, no RDMA device in the pod, the NIC on the far socket) explains it. Compare "
+            "NCCL_ALGO=Ring/Tree and NCCL_PROTO=Simple on large messages; send fewer, larger "
+            "ones: DDP bucket_cap_mb, FSDP wrapping so each all_gather moves tens of MiB."
         ),
         impact_pct=impact,
         ranks=[bucket.slowest_rank],

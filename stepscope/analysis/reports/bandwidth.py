@@ -50,11 +50,11 @@ def _group_block(group: GroupBandwidth) -> str:
         if group.peak
         else "link peak unknown (pass --link-peak)"
     )
-    heading = (
-        f"{group.collective}, group {group.group} ({group.group_size} ranks, "
-        f"{group.scope}-node: {group.scope_basis}); {link}; timed by {timing}"
+    heading = f"{group.collective}, group {group.group} ({group.group_size} ranks)"
+    where = f"{group.scope}-node ({group.scope_basis}); {link}; timed by {timing}."
+    return (
+        f"<h3>{escape(heading)}</h3><p>{escape(where)}</p>{bandwidth_chart(group)}{_table(group)}"
     )
-    return f"<h3>{escape(heading)}</h3>{bandwidth_chart(group)}{_table(group)}"
 
 
 def bandwidth_chart(group: GroupBandwidth) -> str:
