@@ -47,6 +47,7 @@ def _fold(path: Path, margin_us: float, every: int):
         return held, builder.build(reader.header, rank=None, source=path.name)
 
 
+@pytest.mark.usefixtures("each_parser")
 def test_sealing_bounds_held_intervals_without_changing_results(repeated_trace):
     held_all, at_end = _fold(repeated_trace, margin_us=float("inf"), every=500)
     held_some, sealed = _fold(repeated_trace, margin_us=1_000_000.0, every=500)

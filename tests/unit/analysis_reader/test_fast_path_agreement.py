@@ -108,3 +108,23 @@ def test_merged_trace_events_are_the_same_objects(shared_traces):
     fast = TraceReader(path, parser="msgspec")
     assert list(fast.raw_events()) == list(TraceReader(path, parser="ijson").raw_events())
     assert fast.declined is None
+
+
+def test_events_longer_than_a_chunk_are_read_whole(real_events, tmp_path, monkeypatch):
+    """An event of 300 KB whose name and args hold many "}," (a nested object, a string)
+    spans several chunks; the fast path waits for its end instead of cutting inside it."""
+    _, events = real_events
+    long_op = {
+        "ph": "X",
+        "cat": "cpu_op",
+        "name": "record_param_comms" + '},{"x": 1}' * 30_000,
+        "pid": 1,
+        "tid": 1,
+        "ts": events[0].get("ts", 0.0),
+        "dur": 5.0,
+        "args": {"Collective name": "allreduce", "nested": [{"a": {"b": 1}}, {"c": 2}] * 500},
+    }
+    path = tmp_path / "long.json"
+    path.write_text(json.dumps({"traceEvents": [*events[:500], long_op, *events[500:900]]}))
+    _fast_path_reads_it_whole(path)
+    assert _summary_by("msgspec", path, monkeypatch) == _summary_by("ijson", path, monkeypatch)

@@ -1,7 +1,8 @@
 """Hostile traces through every reader: a clear error in seconds, in bounded memory.
 
-Each file of the corpus below is written by the test and read by the three paths a
-tenant's trace takes: ``summarize_rank`` (the sidecar), the merged-trace writer (the
+Each file of the corpus below is written by the test and read, by each parser (the msgspec
+fast path and the ijson fallback, named to the child in the environment), by the three
+paths a tenant's trace takes: ``summarize_rank`` (the sidecar), the merged-trace writer (the
 operator, until issue 11 moves it out) and ``stepscope analyze``. Each runs in its own
 interpreter under a 512 MiB address-space limit (RLIMIT_AS) and a timeout, and must
 end with a message that names the file and the limit or rule it broke, with no
@@ -182,6 +183,7 @@ def test_interpreter_and_imports_fit_under_the_limit(tmp_path):
 
 
 @pytest.mark.parametrize("case", CASES)
+@pytest.mark.usefixtures("each_parser")
 def test_summarize_rank_refuses_it(corpus, case, tmp_path):
     path, expected = corpus[case]
     result = _limited_run(["-c", SUMMARIZE, str(path)], tmp_path)
@@ -191,6 +193,7 @@ def test_summarize_rank_refuses_it(corpus, case, tmp_path):
 
 
 @pytest.mark.parametrize("case", CASES)
+@pytest.mark.usefixtures("each_parser")
 def test_merged_trace_cuts_the_rank_and_keeps_the_others(corpus, case, tmp_path):
     path, expected = corpus[case]
     result = _limited_run(
@@ -209,6 +212,7 @@ def test_merged_trace_cuts_the_rank_and_keeps_the_others(corpus, case, tmp_path)
 
 
 @pytest.mark.parametrize("case", CASES)
+@pytest.mark.usefixtures("each_parser")
 def test_analyze_command_refuses_it(corpus, case, tmp_path):
     path, expected = corpus[case]
     result = _limited_run(

@@ -155,6 +155,7 @@ def test_byte_limit_counts_the_decompressed_text():
     assert info.value.position == len(text)
 
 
+@pytest.mark.usefixtures("each_parser")
 def test_event_limit(tmp_path, monkeypatch):
     path = tmp_path / "many.json"
     events = [{"ph": "X", "cat": "cpu_op", "name": "a", "ts": i, "dur": 1} for i in range(50)]
@@ -168,6 +169,7 @@ def test_event_limit(tmp_path, monkeypatch):
         summarize_rank(path)
 
 
+@pytest.mark.usefixtures("each_parser")
 def test_wrongly_typed_args_are_a_trace_error_not_a_traceback(tmp_path):
     path = tmp_path / "args.json"
     event = {"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "ts": 1, "dur": 2}
