@@ -2,16 +2,16 @@
 
 A trace is tenant data: whoever runs the training job writes it, and the sidecar,
 ``stepscope analyze`` and (until it moves out, issue 11) the operator's merged-trace
-writer read it. ``LimitedStream`` sits between the raw stream and ijson and refuses a
-text before ijson builds anything from it, so a hostile file costs at most the limits
-below, in memory and in time, whatever it holds. Each limit is far above what a real
-Kineto trace needs (the reasons are beside them) and is named in the error, so a user
-whose trace really is that large knows which bound it met.
+writer read it. ``LimitedStream`` sits between the raw stream and the parser (msgspec's
+chunks or ijson) and refuses a text before either builds anything from it, so a hostile
+file costs at most the limits below, in memory and in time, whatever it holds. Each limit
+is far above what a real Kineto trace needs (the reasons are beside them) and is named in
+the error, so a user whose trace really is that large knows which bound it met.
 
 Nesting and string length are checked on the text itself: each chunk has its complete
 strings removed by one regular expression (C speed), the open string at its end, if
 any, is followed into the next chunks by length only, and what is left is counted for
-brackets. ijson therefore never receives a chunk that nests deeper than the limit or
+brackets. A parser therefore never receives a chunk that nests deeper than the limit or
 holds a longer string. (Left to itself, ijson's prefix strings grow with depth, so its
 memory grows with the square of the nesting: 30,000 levels took 2.2 GB.)
 """
@@ -57,7 +57,7 @@ MAX_TRACE_DEVICES = 256
 # limit: the summaries, results and counter files parsed this way spend 11 to 25 bytes on
 # each value (a key, a number, a comma), the hostile documents above 1.5 to 5.5.
 MIN_BYTES_PER_VALUE = 8
-# ijson asks for this much at a time. Reads never exceed the string limit either: a
+# Both parsers ask for this much at a time. Reads never exceed the string limit either: a
 # string that fits in one chunk is then always within the limit, and only strings that
 # run across chunks need to be measured.
 CHUNK_BYTES = 64 * 1024

@@ -3,7 +3,7 @@
 Each rank becomes one process (pid = rank, named "rank N") so Perfetto shows
 the ranks stacked; its threads and GPU streams become that process's threads,
 and every timestamp is shifted by the rank's clock offset from the merge. The
-traces are streamed event by event (ijson in, one `json.dumps` per event out),
+traces are streamed event by event (`TraceReader` in, one `json.dumps` per event out),
 so memory stays bounded however large the traces are.
 
 A rank's NVML counters (its counters.json, parsed by ``counters.load_counter_document``)
