@@ -95,7 +95,10 @@ def test_host_contention_is_rotating_lateness_not_imbalance_or_communication():
     assert not {"straggler-rank", "late-ranks", "load-imbalance"} & set(ids)
     top = job.findings[0]
     assert top.evidence.numbers["distinct_last_ranks"] >= 3
-    assert "CPU" in top.recommendation and "contention" in top.recommendation
+    # Host advice either way: CPU taken from the last rank's operators (cores, threads,
+    # limits), or, where its own work shows no extra time, contention outside it.
+    assert "CPU" in top.recommendation
+    assert "dedicated cores" in top.recommendation or "contention" in top.recommendation
     assert job.bottleneck not in ("comm_exposed", "straggler")
 
 
