@@ -1,18 +1,30 @@
 """The unsigned /metrics path of a real sidecar gives a stranger nothing unbounded: no body is
 read, an oversized or trickled head is cut off, a storm of concurrent scrapes is answered
-(or refused) at once and leaves the operator's calls served, and nothing but GET is unsigned."""
+(or refused) at once and leaves the operator's calls served, nothing but GET is unsigned, and
+what hostile trainers report leaves the reply bounded and parseable."""
 
 from __future__ import annotations
 
+import json
 import select
 import socket
 import threading
 import time
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from stepscope_agent.bounded_http import MAX_HEAD_BYTES
 from stepscope_agent.http_api import METRICS_PATH
+from stepscope_agent.settings import socket_path
 from stepscope_agent.sidecar_settings import HEADER_TIMEOUT_ENV
+from stepscope_agent.step_metrics import (
+    HOOK,
+    MAX_RANKS_PER_POD,
+    MAX_REPLY_BYTES,
+    RANKS_NOT_EXPORTED,
+    SINCE_LAST_STEP,
+)
+from stepscope_agent.step_totals import BUCKET_COUNT
 from support.raw_http import reply_status, request_head
 
 from stepscope.api.agent import STATUS_PATH
@@ -114,3 +126,52 @@ def test_only_get_is_unsigned_on_the_metrics_path(pod):
             sock.sendall(request_head(method, METRICS_PATH, {"Content-Length": "0"}))
             status, reply = reply_status(sock, wait_s=5)
         assert status == 401, reply
+
+
+def hostile_trainer(pod, line: bytes) -> socket.socket:
+    """A trainer process's connection to the sidecar's Unix socket, saying what it likes."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(socket_path(pod.agent_dir))
+    sock.sendall(line)
+    return sock
+
+
+def test_hostile_trainers_get_a_bounded_parseable_reply(pod):
+    nan_report = json.dumps(
+        {
+            "type": "progress",
+            "globalStep": 1,
+            "lastStepAt": float("nan"),
+            "stepBuckets": [1] * (BUCKET_COUNT + 3),
+            "stepSecondsTotal": float("inf"),
+            "dataWaitSecondsTotal": -5,
+            "hookSecondsTotal": 1e308,
+        }
+    ).encode()
+    trainers = [
+        hostile_trainer(pod, b'{"type":"hello","rank":%d,"pid":1}\n' % rank + nan_report + b"\n")
+        for rank in [*range(MAX_RANKS_PER_POD + 8), 2**63, -1]
+    ]
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with connect(pod) as sock:
+                sock.sendall(request_head("GET", METRICS_PATH, {}))
+                status, reply = reply_status(sock, wait_s=5)
+            body = reply.split(b"\r\n\r\n", 1)[1].decode()
+            samples = {
+                sample.name: sample
+                for family in text_string_to_metric_families(body)
+                for sample in family.samples
+            }
+            if samples[RANKS_NOT_EXPORTED].value == len(trainers) - MAX_RANKS_PER_POD:
+                break
+            time.sleep(0.3)
+        assert status == 200
+        assert samples[RANKS_NOT_EXPORTED].value == len(trainers) - MAX_RANKS_PER_POD
+        # Nothing a trainer sent that is not a finite, non-negative count was exported.
+        assert set(samples) == {SINCE_LAST_STEP, HOOK, RANKS_NOT_EXPORTED}
+        assert len(reply) < MAX_REPLY_BYTES
+    finally:
+        for sock in trainers:
+            sock.close()
