@@ -2,7 +2,8 @@
 knows nothing of stepscope and runs with only the hook's environment.
 
 It trains ``--steps`` steps, each reading a batch from a DataLoader and sleeping
-``--step-sleep`` seconds, writes ``<out>/rank-<RANK>.json`` with what it did, and then stays
+``--step-sleep`` seconds, writes ``<out>/rank-<RANK>.json`` with the steps and the seconds
+from before importing torch to the end of the loop, and then stays
 alive (the sidecar exports only connected ranks) until ``<out>/release`` appears.
 """
 
@@ -12,8 +13,12 @@ import os
 import time
 from pathlib import Path
 
-import torch
-from torch.utils.data import DataLoader, TensorDataset
+# The hook starts timing the first step while torch is imported: every step it counts lies
+# between here and the end of the loop.
+STARTED_AT = time.perf_counter()
+
+import torch  # noqa: E402 - imported after STARTED_AT on purpose (see above)
+from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
 
 def main() -> None:
@@ -44,9 +49,12 @@ def main() -> None:
             time.sleep(args.step_sleep)
         optimizer.step()
 
+    seconds = time.perf_counter() - STARTED_AT
     rank = int(os.environ.get("RANK", "0"))
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"rank-{rank}.json").write_text(json.dumps({"steps": args.steps}))
+    (args.out / f"rank-{rank}.json").write_text(
+        json.dumps({"steps": args.steps, "seconds": seconds})
+    )
     deadline = time.monotonic() + args.linger
     while not (args.out / "release").exists() and time.monotonic() < deadline:
         time.sleep(0.1)

@@ -4,6 +4,7 @@ stopped stepping shows it."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -93,7 +94,12 @@ def test_the_metrics_count_every_step_the_trainers_ran(
     trainers = start_trainers(sidecar.agent_dir, 2, out)
     samples = wait_for_steps(sidecar, ranks=2)
 
+    # The trainers wrote what they measured themselves once their loops ended.
+    deadline = time.monotonic() + 60
+    while len(list(out.glob("rank-*.json"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
     for rank in ("0", "1"):
+        measured = json.loads((out / f"rank-{rank}.json").read_text())
         steps = samples[STEPS][rank]
         assert steps.labels == {
             "namespace": "team-a",
@@ -106,12 +112,13 @@ def test_the_metrics_count_every_step_the_trainers_ran(
         assert samples[STEP_DURATION + "_count"][rank].value == STEPS_RUN
         buckets = samples[STEP_DURATION + "_bucket"]
         assert buckets[rank + "+Inf"].value == STEPS_RUN
-        # Each step slept STEP_SLEEP_S: none is under 0.05 s, and all but the first (which
-        # began when torch was imported) are within 0.2 s on a busy two-core machine.
+        # Every step slept STEP_SLEEP_S, so none is within 0.05 s; most are within 0.2 s even
+        # on a busy machine.
         assert buckets[rank + "0.05"].value == 0
-        assert buckets[rank + "0.2"].value >= STEPS_RUN - 1
+        assert buckets[rank + "0.2"].value >= STEPS_RUN // 2
+        # The steps lie between the trainer's import of torch and the end of its loop.
         step_seconds = samples[STEP_DURATION + "_sum"][rank].value
-        assert step_seconds >= STEPS_RUN * STEP_SLEEP_S
+        assert STEPS_RUN * STEP_SLEEP_S <= step_seconds <= measured["seconds"]
         # The DataLoader was waited on every step, for less than the steps took.
         assert 0 < samples[DATA_WAIT][rank].value < step_seconds
         # The hook held the training thread for a small part of each step.
@@ -119,9 +126,6 @@ def test_the_metrics_count_every_step_the_trainers_ran(
         assert 0 < hook_seconds < 0.01 * step_seconds
 
     # The trainers finished their steps and wait: the time since their last step grows.
-    for process in trainers:
-        while process.poll() is None and len(list(out.glob("rank-*.json"))) < 2:
-            time.sleep(0.1)
     _, first = scrape(sidecar)
     time.sleep(1.5)  # past the scrape cache's age
     content_type, later = scrape(sidecar)
