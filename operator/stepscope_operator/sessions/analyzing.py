@@ -20,6 +20,7 @@ from stepscope_operator.context import OperatorContext
 from stepscope_operator.sessions.baselines import compare_with_baseline
 from stepscope_operator.sessions.budgets import enforce_rank_budgets
 from stepscope_operator.sessions.collecting import (
+    fabric_options,
     gather_summaries,
     merge_job,
     publish_artifacts,
@@ -40,7 +41,7 @@ from stepscope_operator.sessions.status import (
 from stepscope_operator.sessions.status_writer import StatusWriter
 from stepscope_operator.sessions.view import PersistedPlan, SessionView
 from stepscope_operator.settings import session_retention
-from stepscope_operator.threads import in_thread
+from stepscope_operator.threads import computed, in_thread
 
 
 async def within_analysis_deadline(
@@ -107,7 +108,10 @@ async def collect_and_analyze(
     )
     retention = session_retention(view.spec.artifacts.retention, ctx.settings.default_retention)
     try:
-        job = merge_job(summaries, record.targets)
+        # Merging is CPU work on tenant-written summaries: the compute thread, in turn.
+        job = await computed(
+            view.namespace, merge_job, summaries, record.targets, fabric_options(ctx.settings)
+        )
         await in_thread(view.namespace, write_job_summary, ctx.buckets, prefix, job)
     except (MergeError, ValidationError) as exc:
         why = f"analysis failed: {exc}" + (f" ({'; '.join(notes)})" if notes else "")

@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from pydantic import ValidationError
 
 from stepscope.analysis.merging.merge import merge_ranks
+from stepscope.analysis.model.fabric import FabricOptions
 from stepscope.analysis.model.job_summary import JobSummary
 from stepscope.analysis.model.rank_summary import RankSummary
 from stepscope.analysis.rank.step_timings import StepsDocument, summarize_steps_document
@@ -30,14 +31,16 @@ from stepscope.api.session_status import StatusArtifacts
 from stepscope.storage import RankArtifact, SessionArtifact, rank_key, s3_uri, session_key
 from stepscope_operator.sessions.rendering import RenderedArtifacts
 from stepscope_operator.sessions.status import RankOutcome
+from stepscope_operator.settings import OperatorSettings
 from stepscope_operator.storage.buckets import Buckets
 from stepscope_operator.targets.resolving import RankTarget
 
-# A rank summary is at most ~2 MiB (summary_model caps steps at 4096 and collectives at
-# 512) and steps.json is smaller; 8 MiB is that with room, and bounds what one hostile
-# object in a tenant's prefix costs the operator.
+# A rank summary is at most ~3 MiB (summary_model caps steps at 4096, collectives at 512,
+# bandwidth rows at 1024 and process groups at 64 of 1024 ranks) and steps.json is smaller;
+# 8 MiB is that with room, and bounds what one hostile object in a tenant's prefix costs
+# the operator.
 MAX_STORED_JSON_BYTES = 8 * 1024 * 1024
-# A summary at those caps is about 100,000 JSON values, steps.json a fifth of that. Past
+# A summary at those caps is about 180,000 JSON values, steps.json a fraction of that. Past
 # this many the text is refused before it is parsed; what is parsed is held to the counts
 # its model declares before pydantic validates an item (stepscope.api.bounds).
 MAX_STORED_JSON_VALUES = 256 * 1024
@@ -128,10 +131,25 @@ def _stored_json(buckets: Buckets, key: str) -> dict | None:
     )
 
 
-def merge_job(summaries: list[RankSummary], targets: Iterable[RankTarget]) -> JobSummary:
+def merge_job(
+    summaries: list[RankSummary],
+    targets: Iterable[RankTarget],
+    fabric: FabricOptions | None = None,
+) -> JobSummary:
+    """The job's summary; the ranks' pods and nodes tell intra-node groups from the rest."""
     placement = {t.rank: (t.pod, t.node or "") for t in targets}
     return merge_ranks(
-        summaries, {r: placement[r] for r in (s.rank for s in summaries) if r in placement}
+        summaries,
+        {r: placement[r] for r in (s.rank for s in summaries) if r in placement},
+        fabric=fabric,
+    )
+
+
+def fabric_options(settings: OperatorSettings) -> FabricOptions:
+    """The link peaks the operator was told, over the peak table's figures."""
+    return FabricOptions(
+        intra_peak_gbps=settings.fabric_intra_peak_gbps,
+        inter_peak_gbps=settings.fabric_inter_peak_gbps,
     )
 
 

@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from stepscope import artifact_links
+from stepscope.analysis.model.fabric import MAX_PEAK_GBPS
 from stepscope.api import agent as agent_wire
 from stepscope.api.session import MAX_RETENTION
 from stepscope_operator.agents.signing import AgentKeyring, KeyringError
@@ -216,6 +217,21 @@ class OperatorSettings(BaseModel):
         ge=1024 * 1024,
         description="Upload budget per rank in bytes (1 GiB): a runaway `full` capture stops "
         "at this size instead of filling the bucket.",
+    )
+    fabric_intra_peak_gbps: float | None = Field(
+        None,
+        gt=0,
+        le=MAX_PEAK_GBPS,
+        description="Peak bandwidth per GPU each way inside a node, GB/s, that collectives are "
+        "judged against (the slow-collective-bandwidth finding); unset: the peak table's "
+        "figure for the GPU model in the traces (docs/contributing/analysis.md).",
+    )
+    fabric_inter_peak_gbps: float | None = Field(
+        None,
+        gt=0,
+        le=MAX_PEAK_GBPS,
+        description="Peak bandwidth per GPU each way between nodes (the NIC per GPU), GB/s; "
+        "unset: the figure of the GPU model's reference system in the peak table.",
     )
     max_concurrent_sessions: int = Field(
         16,

@@ -31,6 +31,8 @@ ENV: dict[str, str] = {
     "agent_retry_max_seconds": "STEPSCOPE_AGENT_RETRY_MAX_SECONDS",
     "kube_request_timeout_seconds": "STEPSCOPE_KUBE_REQUEST_TIMEOUT_SECONDS",
     "analysis_deadline_seconds": "STEPSCOPE_ANALYSIS_DEADLINE_SECONDS",
+    "fabric_intra_peak_gbps": "STEPSCOPE_FABRIC_INTRA_PEAK_GBPS",
+    "fabric_inter_peak_gbps": "STEPSCOPE_FABRIC_INTER_PEAK_GBPS",
     "agent_lost_grace_seconds": "STEPSCOPE_AGENT_LOST_GRACE_SECONDS",
     "plan_margin_seconds": "STEPSCOPE_PLAN_MARGIN_SECONDS",
     "plan_min_steps": "STEPSCOPE_PLAN_MIN_STEPS",
