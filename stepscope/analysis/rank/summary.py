@@ -42,10 +42,16 @@ def summarize_rank(
     builder = RankSummaryBuilder()
     try:
         try:
-            for count, event in enumerate(reader.events()):
-                if count == 0 and reader.leading_keys().get("profile_memory"):
+            events = reader.events()
+            first = next(events, None)
+            if first is not None:
+                # The first chunk, read by now, holds Kineto's flags.
+                if reader.leading_keys().get("profile_memory"):
                     builder.memory.index_ops()
-                builder.add(event)
+                builder.add(first)
+            add = builder.add
+            for event in events:
+                add(event)
         except TraceReadError as err:
             if not allow_partial or builder.event_count == 0:
                 raise

@@ -82,17 +82,27 @@ _EVENTS = msgspec.json.Decoder(list[_Event])
 _OBJECTS = msgspec.json.Decoder(list[dict])
 _VALUE = msgspec.json.Decoder()
 _new_tuple = tuple.__new__
-# Complete events whose kind and need for args follow from the category (a CPU op's need
-# follows from its name, None here); the others go through classify's functions.
-_X_RULES: dict[str, tuple[EventKind, bool | None]] = {
-    cat: (kind, None if kind is EventKind.CPU_OP else args_are_read(kind, ""))
+
+
+def _x_rule(cat: str) -> tuple[EventKind, bool | None]:
+    """Kind and need for args of a complete event of category `cat`; a CPU op's need
+    follows from its name (None here)."""
+    kind = event_kind("X", cat, "", None)
+    return kind, None if kind is EventKind.CPU_OP else args_are_read(kind, "")
+
+
+# The common complete events, whose rule follows from the category; the others (and
+# annotations, which may be steps) go through classify's functions.
+_X_RULES = {
+    cat: _x_rule(cat)
     for cat in ("cpu_op", "cuda_runtime", "cuda_driver", "kernel", "gpu_memcpy", "gpu_memset")
-    for kind in (event_kind("X", cat, "", None),)
 }
-# Whether a CPU op's args are read, by name: op names repeat millions of times. Names are
-# at most MAX_NAME_CHARS long, so the cache stays a few MiB.
+# Whether a CPU op's args are read, by name: op names repeat millions of times. Only names
+# up to CACHED_NAME_CHARS are kept (real op names are far shorter), so that a trace of
+# invented names holds at most 2 MiB here.
 _COMM_NAMES: dict[str, bool] = {}
 MAX_CACHED_NAMES = 8192
+CACHED_NAME_CHARS = 256
 
 _OPEN_ARRAY_RE = re.compile(rb'"traceEvents"[ \t\n\r]*:[ \t\n\r]*\[')
 _SPACE_RE = re.compile(rb"[ \t\n\r]*")
@@ -283,7 +293,7 @@ def _trace_events(decoded: list[_Event]) -> list[TraceEvent]:
                 wants_args = comm_names.get(name)
                 if wants_args is None:
                     wants_args = args_are_read(kind, name)
-                    if len(comm_names) < MAX_CACHED_NAMES:
+                    if len(comm_names) < MAX_CACHED_NAMES and len(name) <= CACHED_NAME_CHARS:
                         comm_names[name] = wants_args
         ts, dur = event.ts, event.dur
         if not -MAX_ABS_TIME_US < ts < MAX_ABS_TIME_US:
