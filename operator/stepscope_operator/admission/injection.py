@@ -35,6 +35,8 @@ from stepscope_operator.agents.contract import (
     ENV_AGENT_DIR,
     ENV_AGENT_HOST,
     ENV_AGENT_PORT,
+    ENV_JOB_KIND,
+    ENV_JOB_NAME,
     ENV_NAMESPACE,
     ENV_NODE_NAME,
     ENV_POD_NAME,
@@ -48,6 +50,8 @@ from stepscope_operator.agents.contract import (
     SHARED_MOUNT_PATH,
     SHARED_VOLUME_NAME,
 )
+from stepscope_operator.targets.kinds.jobset import JOBSET_NAME_LABEL
+from stepscope_operator.targets.kinds.pytorchjob import JOB_NAME_LABEL as PYTORCHJOB_NAME_LABEL
 
 INJECT_LABEL = "stepscope.dev/inject"
 """Opt-in label: ``"true"`` on a pod (template) or its namespace injects; ``"false"`` on a pod
@@ -58,6 +62,13 @@ INJECTED_VALUE = "injected"
 TARGET_CONTAINER_ANNOTATION = "stepscope.dev/container"
 """Names the training container when the default choice (see ``choose_training_container``) is
 wrong."""
+
+# The labels that name a pod's job, in the order they are trusted: the training operator's
+# own label first, then the JobSet's (which TrainJob pods also carry).
+JOB_LABELS = (
+    ("PyTorchJob", PYTORCHJOB_NAME_LABEL),
+    ("JobSet", JOBSET_NAME_LABEL),
+)
 
 # Container names the training operators give the trainer: PyTorchJob (kubeflow.org/v1) uses
 # "pytorch", Kubeflow Trainer v2 (TrainJob on JobSet) uses "node".
@@ -155,7 +166,10 @@ def build_injection_patch(
     ops += _append_all(
         spec.get("initContainers"),
         "/spec/initContainers",
-        [_hook_install_container(settings), _agent_sidecar(settings)],
+        [
+            _hook_install_container(settings),
+            _agent_sidecar(settings, job_identity(metadata.get("labels") or {})),
+        ],
     )
     container_path = f"/spec/containers/{index}"
     ops += _append_all(
@@ -238,7 +252,26 @@ def _field_env(name: str, field_path: str) -> dict[str, Any]:
     return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": field_path}}}
 
 
-def _agent_sidecar(settings: InjectionSettings) -> dict[str, Any]:
+def job_identity(pod_labels: dict[str, str]) -> tuple[str, str] | None:
+    """(kind, name) of the training job that made the pod, from its operator's labels; None
+    for pods no training operator labelled. A TrainJob's pods are its JobSet's (Trainer runs
+    a TrainJob as a JobSet of the same name), so they read as that JobSet."""
+    for kind, label in JOB_LABELS:
+        name = pod_labels.get(label)
+        if isinstance(name, str) and name:
+            return kind, name
+    return None
+
+
+def _agent_sidecar(
+    settings: InjectionSettings, job: tuple[str, str] | None = None
+) -> dict[str, Any]:
+    # Label values are at most 63 characters, so the job's name is bounded by the API server.
+    job_env = (
+        [{"name": ENV_JOB_KIND, "value": job[0]}, {"name": ENV_JOB_NAME, "value": job[1]}]
+        if job
+        else []
+    )
     return {
         "name": AGENT_CONTAINER_NAME,
         "image": settings.agent_image,
@@ -259,6 +292,7 @@ def _agent_sidecar(settings: InjectionSettings) -> dict[str, Any]:
             _field_env(ENV_NAMESPACE, "metadata.namespace"),
             _field_env(ENV_POD_UID, "metadata.uid"),
             _field_env(ENV_NODE_NAME, "spec.nodeName"),
+            *job_env,
         ],
         "volumeMounts": [_shared_mount()],
         "resources": settings.agent_resources,

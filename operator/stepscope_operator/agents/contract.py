@@ -42,6 +42,10 @@ ENV_POD_UID = "STEPSCOPE_POD_UID"
 """The pod's UID (downward API ``metadata.uid``): calls are signed for it and replies name it,
 so an agent refuses a call meant for another pod that had its address or its name."""
 ENV_NODE_NAME = "STEPSCOPE_NODE_NAME"
+ENV_JOB_KIND = "STEPSCOPE_JOB_KIND"
+ENV_JOB_NAME = "STEPSCOPE_JOB_NAME"
+"""The training job the pod belongs to, from its training operator's labels at admission: the
+labels of the agent's step metrics, so a dashboard groups ranks by job without relabelling."""
 
 # Read by both the sidecar and the hook in the trainer (stepscope_agent.settings); without it
 # the hook stays inert.

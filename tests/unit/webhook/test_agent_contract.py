@@ -19,6 +19,8 @@ def test_environment_names_are_the_ones_the_agent_reads():
     assert contract.ENV_NAMESPACE == sidecar_settings.POD_NAMESPACE_ENV
     assert contract.ENV_POD_UID == sidecar_settings.POD_UID_ENV
     assert contract.ENV_NODE_NAME == sidecar_settings.NODE_NAME_ENV
+    assert contract.ENV_JOB_KIND == sidecar_settings.JOB_KIND_ENV
+    assert contract.ENV_JOB_NAME == sidecar_settings.JOB_NAME_ENV
     assert contract.ENV_AGENT_PORT == agent_wire.PORT_ENV
     assert contract.ENV_TRUSTED_KEYS == agent_wire.TRUSTED_KEYS_ENV
     assert contract.ENV_STORAGE_ENDPOINT == agent_wire.STORAGE_ENDPOINT_ENV

@@ -13,6 +13,8 @@ from stepscope_operator.admission.injection import (
 )
 from stepscope_operator.agents.contract import (
     AGENT_CONTAINER_NAME,
+    ENV_JOB_KIND,
+    ENV_JOB_NAME,
     ENV_STORAGE_ENDPOINT,
     ENV_TRUSTED_KEYS,
     HOOK_DIR,
@@ -236,3 +238,27 @@ def test_sidecar_learns_its_pod_from_the_downward_api_and_listens_on_the_pod_ip(
     }
     assert sidecar["command"] == ["stepscope-agent"]
     assert sidecar["securityContext"]["runAsUser"] == 65532
+
+
+@pytest.mark.parametrize(
+    ("labels", "job"),
+    [
+        ({}, ("PyTorchJob", "llama-ft")),
+        (
+            {
+                "training.kubeflow.org/job-name": "",
+                "jobset.sigs.k8s.io/jobset-name": "trainjob-7",
+            },
+            ("JobSet", "trainjob-7"),
+        ),
+        ({"training.kubeflow.org/job-name": ""}, None),
+    ],
+)
+def test_the_sidecar_is_told_its_pods_job_from_the_training_operators_labels(labels, job):
+    _, mutated = inject(pytorchjob_pod({INJECT_LABEL: "true", **labels}))
+    sidecar = {c["name"]: c for c in mutated["spec"]["initContainers"]}[AGENT_CONTAINER_NAME]
+    env = env_of(sidecar)
+    if job is None:
+        assert ENV_JOB_KIND not in env and ENV_JOB_NAME not in env
+    else:
+        assert (env[ENV_JOB_KIND]["value"], env[ENV_JOB_NAME]["value"]) == job
