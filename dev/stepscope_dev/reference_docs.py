@@ -431,6 +431,7 @@ def settings_page() -> str:
 PAGES: dict[str, Callable[[], str]] = {
     "profilesession.md": lambda: crd_page(0),
     "profileschedule.md": lambda: crd_page(1),
+    "profiletrigger.md": lambda: crd_page(2),
     "chart-values.md": values_page,
     "cli.md": cli_page,
     "phases-and-reasons.md": phases_page,

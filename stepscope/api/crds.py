@@ -14,6 +14,7 @@ from stepscope.api.schedule import ProfileSchedule, ProfileScheduleSpec, Profile
 from stepscope.api.session import GROUP, VERSION, ProfileSession, ProfileSessionSpec
 from stepscope.api.session_status import ProfileSessionStatus
 from stepscope.api.structural import prose, structural_schema
+from stepscope.api.trigger import ProfileTrigger, ProfileTriggerSpec, ProfileTriggerStatus
 
 CATEGORIES = ["stepscope"]
 
@@ -112,7 +113,32 @@ PROFILE_SCHEDULE = ResourceKind(
     ),
 )
 
-KINDS = (PROFILE_SESSION, PROFILE_SCHEDULE)
+PROFILE_TRIGGER = ResourceKind(
+    model=ProfileTrigger,
+    spec=ProfileTriggerSpec,
+    status=ProfileTriggerStatus,
+    plural="profiletriggers",
+    short_names=("ptrig",),
+    columns=(
+        _column("Jobs", ".status.jobsWatched", "Watched jobs that answered.", type_="integer"),
+        _column(
+            "Last fired", ".status.lastFired.time", "When a session was last opened.", type_="date"
+        ),
+        _column("Why", ".status.lastFired.reason", "The rule that fired last."),
+        _column("Session", ".status.lastFired.session", "The session it opened."),
+        _AGE,
+        _column("Job", ".status.lastFired.job", "The job that fired last.", priority=1),
+        _column(
+            "Suspend",
+            ".spec.suspend",
+            "Whether watching is held back.",
+            type_="boolean",
+            priority=1,
+        ),
+    ),
+)
+
+KINDS = (PROFILE_SESSION, PROFILE_SCHEDULE, PROFILE_TRIGGER)
 
 
 def build_crd(kind: ResourceKind) -> dict[str, Any]:

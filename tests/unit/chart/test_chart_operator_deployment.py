@@ -166,6 +166,7 @@ def test_crds_are_kept_on_uninstall_and_optional(tmp_path):
     assert sorted(c["metadata"]["name"] for c in crds) == [
         "profileschedules.stepscope.dev",
         "profilesessions.stepscope.dev",
+        "profiletriggers.stepscope.dev",
     ]
     for crd in crds:
         assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
