@@ -1,26 +1,29 @@
-"""Per-rank summary vs Holistic Trace Analysis on one large realistic trace.
+"""Per-rank summary vs Holistic Trace Analysis, side by side, on public and large traces.
 
-Builds a >= 500 MB and a 50 MB trace from a real DDP trace (bench/large_trace.py,
-into a temporary directory, removed afterwards), then runs, each in a fresh
-child process: our ``summarize_rank`` and HTA's temporal breakdown on the same
-file. Prints wall time, CPU time and peak RSS (the child's own ``ru_maxrss``) of
-each and the ratios the targets are about (CPU time is the fairer speed
-measure on a shared machine; wall time is printed beside it):
+For every public trace (``shared/traces/gpu`` and ``gpu-more``, or the folder
+``STEPSCOPE_SHARED_TRACES`` names) and for two traces built by ``bench/large_trace.py``
+(a small one and a large one, into a temporary directory removed afterwards), runs in a
+fresh child process each: HTA's temporal breakdown, our ``summarize_rank`` with the
+msgspec fast path, and ``summarize_rank`` with the ijson fallback
+(``STEPSCOPE_TRACE_PARSER``). Prints one table: CPU time, wall time, peak RSS (the
+child's own ``ru_maxrss``) and throughput (uncompressed MB per CPU second), with HTA's
+CPU time over ours beside each of our rows, then the ratios the targets are about:
 
-* speed: HTA wall time / ours, on the large trace (target >= 3)
-* memory: HTA peak RSS / ours (target >= 5)
+* speed: HTA CPU time / ours on the large trace (target >= 10 with the fast path)
+* memory: our peak RSS on the large trace (target <= 64 MiB) and HTA's over ours
 * flatness: our peak RSS on the large trace / on the small one (target ~1)
 
-HTA runs under an address-space limit (``--hta-limit-gib``) so that it cannot
-take the machine down; if it fails at the large size, that is reported and
-the comparison uses the largest size it managed.
+CPU time is the fairer speed measure on a shared machine; all ratios come from one run.
+HTA runs under an address-space limit (``--hta-limit-gib``) so that it cannot take the
+machine down; where it fails, that is printed.
 
-    python bench/bench_analysis.py [--megabytes 500] [--keep DIR]
+    python bench/bench_analysis.py [--megabytes 444] [--small-megabytes 50] [--keep DIR]
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import platform
@@ -31,14 +34,17 @@ import tempfile
 import time
 from pathlib import Path
 
-GENERATOR = Path(__file__).resolve().with_name("large_trace.py")
+REPO = Path(__file__).resolve().parent.parent
+GENERATOR = REPO / "bench" / "large_trace.py"
+PUBLIC = Path(os.environ.get("STEPSCOPE_SHARED_TRACES", REPO.parent / "shared" / "traces" / "gpu"))
+PARSER_ENV = "STEPSCOPE_TRACE_PARSER"  # stepscope.analysis.reading.reader.PARSER_ENV
 OURS = """
 import json, sys
 from stepscope.analysis import summarize_rank
 s = summarize_rank(sys.argv[1])
-g = s.gpu[0]
-print(json.dumps({"steps": len(s.steps), "compute_pct": g.compute_pct,
-                  "non_compute_pct": round(g.comm_pct + g.memory_pct, 3), "idle_pct": g.idle_pct}))
+g = s.gpu[0] if s.gpu else None
+print(json.dumps({"split": [g.compute_pct, round(g.comm_pct + g.memory_pct, 3), g.idle_pct]
+                  if g else None}))
 """
 
 HTA = """
@@ -49,23 +55,26 @@ logging.disable(logging.WARNING)
 warnings.filterwarnings("ignore")
 from hta.trace_analysis import TraceAnalysis
 analysis = TraceAnalysis(trace_dir=sys.argv[1], include_last_profiler_step=True)
-[row] = analysis.get_temporal_breakdown(visualize=False).to_dict("records")
-print(json.dumps({"compute_pct": row["compute_time_pctg"],
-                  "non_compute_pct": row["non_compute_time_pctg"],
-                  "idle_pct": row["idle_time_pctg"]}))
+[row] = analysis.get_temporal_breakdown(visualize=False).to_dict("records")[:1]
+print(json.dumps({"split": [row["compute_time_pctg"], row["non_compute_time_pctg"],
+                            row["idle_time_pctg"]]}))
 """
+TOOLS = ("HTA 0.5.0", "stepscope msgspec", "stepscope ijson")
 
 
-def run_measured(code: str, *args: str) -> dict:
-    """Run ``python -c code args``: wall time, the child's own peak RSS (from
+def run_measured(code: str, *args: str, env: dict | None = None) -> dict:
+    """Run ``python -c code args``: wall time, the child's own CPU time and peak RSS (from
     ``os.wait4``) and the JSON it printed."""
     started = time.perf_counter()
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         child = subprocess.Popen(
-            [sys.executable, "-c", code, *args], stdout=out, stderr=err, text=True
+            [sys.executable, "-c", code, *args],
+            stdout=out,
+            stderr=err,
+            text=True,
+            env={**os.environ, **(env or {})},
         )
         _, status, usage = os.wait4(child.pid, 0)
-        child.returncode = os.waitstatus_to_exitcode(status)
         wall = time.perf_counter() - started
         out.seek(0)
         err.seek(0)
@@ -74,93 +83,119 @@ def run_measured(code: str, *args: str) -> dict:
         "wall_s": round(wall, 2),
         "cpu_s": round(usage.ru_utime + usage.ru_stime, 2),
         "peak_rss_mib": round(usage.ru_maxrss / 1024, 1),
-        "ok": child.returncode == 0,
+        "ok": os.waitstatus_to_exitcode(status) == 0,
     }
-    if child.returncode == 0:
+    if result["ok"]:
         result.update(json.loads(stdout.strip().splitlines()[-1]))
     else:
-        lines = stderr.strip().splitlines() or [f"exit {child.returncode}"]
-        result["error"] = lines[-1][:200]
+        lines = stderr.strip().splitlines() or [f"exit {status}"]
+        result["error"] = lines[-1][:120]
     return result
+
+
+def measure(path: Path, hta_limit: int) -> dict[str, dict]:
+    """Each tool on one trace; HTA reads a folder, so it gets one holding only this file."""
+    with tempfile.TemporaryDirectory(prefix="stepscope-hta-") as folder:
+        (Path(folder) / path.name).symlink_to(path.resolve())
+        results = {TOOLS[0]: run_measured(HTA, folder, str(hta_limit))}
+    for tool, parser in zip(TOOLS[1:], ("msgspec", "ijson"), strict=True):
+        results[tool] = run_measured(OURS, str(path), env={PARSER_ENV: parser})
+    return results
+
+
+def text_megabytes(path: Path) -> float:
+    """The uncompressed size, streamed so that this parent stays small (see main)."""
+    if not path.name.endswith(".gz"):
+        return path.stat().st_size / 1e6
+    size = 0
+    with gzip.open(path, "rb") as stream:
+        while chunk := stream.read(1 << 20):
+            size += len(chunk)
+    return size / 1e6
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--megabytes", type=float, default=500.0)
+    parser.add_argument("--megabytes", type=float, default=444.0)
     parser.add_argument("--small-megabytes", type=float, default=50.0)
     parser.add_argument("--hta-limit-gib", type=float, default=16.0)
-    parser.add_argument("--keep", type=Path, help="build the traces here and keep them")
+    parser.add_argument("--traces", type=Path, default=PUBLIC, help="the public GPU traces")
+    parser.add_argument("--keep", type=Path, help="build the large traces here and keep them")
     args = parser.parse_args()
 
     workdir = args.keep or Path(tempfile.mkdtemp(prefix="stepscope-bench-"))
     workdir.mkdir(parents=True, exist_ok=True)
     try:
-        sizes = {}
+        built = {}
         for label, megabytes in (("small", args.small_megabytes), ("large", args.megabytes)):
-            folder = workdir / label
-            folder.mkdir(exist_ok=True)
-            path = folder / f"rank0-{int(megabytes)}mb.json"
+            path = workdir / label / f"rank0-{int(megabytes)}mb.json"
+            path.parent.mkdir(exist_ok=True)
             if not path.exists():
-                # In a child process: a forked child starts with its parent's
-                # resident pages, so the parent must stay small for the
-                # children's peak RSS to be their own.
+                # In a child process: a forked child starts with its parent's resident
+                # pages, so the parent must stay small for the children's peak RSS to be
+                # their own.
                 subprocess.run(
                     [sys.executable, str(GENERATOR), str(path), "--megabytes", str(megabytes)],
                     check=True,
                     stdout=subprocess.DEVNULL,
                 )
-            sizes[label] = path
+            built[label] = path
+        public = sorted(args.traces.glob("*.json.gz"))
+        public += sorted(args.traces.parent.joinpath("gpu-more").glob("*.json.gz"))
         print(
             f"machine: {platform.machine()}, {os.cpu_count()} cores, "
             f"{_memory_gib():.0f} GiB, Python {platform.python_version()}"
         )
-        results: dict[str, dict] = {}
-        limit = str(int(args.hta_limit_gib * 2**30))
-        for label, path in sizes.items():
-            mb = path.stat().st_size / 1e6
-            ours = run_measured(OURS, str(path))
-            hta = run_measured(HTA, str(path.parent), limit)
-            results[label] = {"mb": mb, "ours": ours, "hta": hta}
-            print(f"{label:5} {mb:7.1f} MB  ours: {_fmt(ours)}")
-            print(f"{'':5} {'':7}     HTA:  {_fmt(hta)}")
-        _print_ratios(results)
+        print(
+            "| trace | MB | tool | CPU s | wall s | peak RSS MiB | MB/s (CPU) "
+            "| HTA CPU / ours | GPU split compute / non-compute / idle % |"
+        )
+        print("|---|---:|---|---:|---:|---:|---:|---:|---|")
+        limit = int(args.hta_limit_gib * 2**30)
+        results = {}
+        for path in [*public, built["small"], built["large"]]:
+            mb = text_megabytes(path)
+            results[path] = measure(path, limit)
+            for tool, result in results[path].items():
+                print(_row(path.name.removesuffix(".json.gz"), mb, tool, result, results[path]))
+        _print_ratios(results[built["large"]], results[built["small"]], built["large"])
     finally:
         if args.keep is None:
             shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _fmt(result: dict) -> str:
+def _row(name: str, mb: float, tool: str, result: dict, same_trace: dict) -> str:
     if not result["ok"]:
-        return f"FAILED after {result['wall_s']} s ({result['error']})"
+        return f"| {name} | {mb:.1f} | {tool} | failed: {result['error']} ||||||"
+    hta = same_trace[TOOLS[0]]
+    ratio = f"{hta['cpu_s'] / result['cpu_s']:.1f}x" if hta["ok"] and tool != TOOLS[0] else ""
+    split = " / ".join(f"{v:.2f}" for v in result["split"]) if result.get("split") else "-"
+    rate = mb / result["cpu_s"] if result["cpu_s"] else float("inf")
     return (
-        f"{result['wall_s']:7.2f} s wall {result['cpu_s']:7.2f} s CPU  "
-        f"peak RSS {result['peak_rss_mib']:7.1f} MiB  "
-        f"GPU split compute/non-compute/idle % = {result['compute_pct']}/"
-        f"{result['non_compute_pct']}/{result['idle_pct']}"
+        f"| {name} | {mb:.1f} | {tool} | {result['cpu_s']:.2f} | {result['wall_s']:.2f} | "
+        f"{result['peak_rss_mib']:.1f} | {rate:.1f} | {ratio} | {split} |"
     )
 
 
-def _print_ratios(results: dict) -> None:
-    large, small = results["large"], results["small"]
-    compare = large if large["hta"]["ok"] else small
-    if not large["hta"]["ok"]:
-        print(
-            f"HTA could not handle the {large['mb']:.0f} MB trace; comparing at "
-            f"{small['mb']:.0f} MB"
-        )
-    ours, hta = compare["ours"], compare["hta"]
-    if hta["ok"] and ours["ok"]:
-        speed = hta["wall_s"] / ours["wall_s"]
-        cpu = hta["cpu_s"] / ours["cpu_s"]
-        memory = hta["peak_rss_mib"] / ours["peak_rss_mib"]
-        at = f"at {compare['mb']:.0f} MB"
-        print(f"speed ratio (HTA / ours) {at}: {speed:.1f}x wall, {cpu:.1f}x CPU (target >= 3)")
-        print(f"peak RSS ratio (HTA / ours) {at}: {memory:.1f}x  (target >= 5)")
-        gap = max(abs(ours[k] - hta[k]) for k in ("compute_pct", "non_compute_pct", "idle_pct"))
-        print(f"GPU split agreement: largest difference {gap:.2f} percentage points")
-    if large["ours"]["ok"] and small["ours"]["ok"]:
-        flat = large["ours"]["peak_rss_mib"] / small["ours"]["peak_rss_mib"]
-        print(f"our peak RSS {large['mb']:.0f} MB / {small['mb']:.0f} MB: {flat:.2f}  (flat = 1.0)")
+def _print_ratios(large: dict, small: dict, path: Path) -> None:
+    hta, fast, fallback = (large[tool] for tool in TOOLS)
+    print(f"\nat {path.stat().st_size / 1e6:.0f} MB:")
+    if hta["ok"]:
+        for tool, ours in ((TOOLS[1], fast), (TOOLS[2], fallback)):
+            if ours["ok"]:
+                print(
+                    f"  {tool}: {hta['cpu_s'] / ours['cpu_s']:.1f}x HTA's CPU throughput, "
+                    f"{hta['wall_s'] / ours['wall_s']:.1f}x its wall time, "
+                    f"{hta['peak_rss_mib'] / ours['peak_rss_mib']:.0f}x less peak RSS"
+                )
+        gap = max(abs(a - b) for a, b in zip(fast["split"], hta["split"], strict=True))
+        print(f"  GPU split: largest difference from HTA {gap:.2f} percentage points")
+    if fast["ok"] and fallback["ok"]:
+        print(f"  fast path over the ijson fallback: {fallback['cpu_s'] / fast['cpu_s']:.2f}x CPU")
+        print(f"  fast path peak RSS: {fast['peak_rss_mib']:.1f} MiB (target <= 64)")
+    if fast["ok"] and small[TOOLS[1]]["ok"]:
+        flat = fast["peak_rss_mib"] / small[TOOLS[1]]["peak_rss_mib"]
+        print(f"  our peak RSS, large / small trace: {flat:.2f} (flat = 1.0)")
 
 
 def _memory_gib() -> float:
