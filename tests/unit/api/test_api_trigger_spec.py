@@ -59,7 +59,7 @@ def test_a_pod_selector_job_is_one_target() -> None:
             {"jobs": {"kind": "jobSet", "names": [f"j{i}" for i in range(MAX_WATCHED_JOBS + 1)]}},
             "names",
         ),
-        ({"jobs": JOBS, "intervalSeconds": 5}, "intervalSeconds must be between 10 and 3600"),
+        ({"jobs": JOBS, "intervalSeconds": 4}, "intervalSeconds must be between 5 and 3600"),
         ({"jobs": JOBS, "limits": {"cooldownSeconds": 1}}, "limits.cooldownSeconds"),
         ({"jobs": JOBS, "limits": {"dailyBudgetPerJob": 1000}}, "limits.dailyBudgetPerJob"),
         (
