@@ -126,13 +126,18 @@ def decoded_batches(read: Callable[[int], bytes], *, raw: bool) -> Iterator[list
     decoder, convert = (_OBJECTS, _checked_objects) if raw else (_EVENTS, _trace_events)
     carry, ended = _after_opening_bracket(read)
     need = BLOCK_BYTES
+    after_comma = False
     while True:
         while len(carry) < need and not ended:
             data = read(CHUNK_BYTES)
             ended = not data
             carry += data
         if ended:
-            yield convert(_last_events(carry, decoder))
+            decoded = _last_events(carry, decoder)
+            if not decoded and after_comma:
+                # Nothing after the last cut's comma: "}, ]", which yajl refuses.
+                raise Declined("a comma before the end of 'traceEvents'")
+            yield convert(decoded)
             return
         cut = _cut(carry, decoder)
         if cut is None:
@@ -144,6 +149,7 @@ def decoded_batches(read: Callable[[int], bytes], *, raw: bool) -> Iterator[list
             continue
         decoded, carry = cut
         need = BLOCK_BYTES
+        after_comma = True
         yield convert(decoded)
 
 
@@ -219,6 +225,10 @@ def _closes_top_level(rest: bytes) -> bool:
     if mark == b"}":
         text = b"{" + rest[start:]
     elif mark == b",":
+        # A key must follow: msgspec would read "], }" as "{ }", which yajl refuses.
+        key = _SPACE_RE.match(rest, start + 1).end()
+        if rest[key : key + 1] != b'"':
+            return False
         text = b"{" + rest[start + 1 :]
     else:
         return False

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from stepscope.analysis import TraceReadError, summarize_rank
+from stepscope.analysis.reading import chunked_decoding
 from stepscope.analysis.reading.reader import PARSER_ENV, TraceReader
 
 SCENARIO = (
@@ -52,6 +53,8 @@ DECLINED = {
     + _op().encode()
     + b"]}",
     "garbage after the end": _trace(_op()) + b" trailing",
+    "a comma before the closing brace": _trace(_op(), after=", "),
+    "a comma before the array's end": _trace(_op(), _op() + ", "),
     "a number where an event belongs": _trace("7", _op()),
     "an empty array": _trace(),
     "no traceEvents at all": b'{"schemaVersion": 1}',
@@ -112,3 +115,17 @@ def test_the_parser_is_named_in_the_environment_or_refused(tmp_path, monkeypatch
     assert TraceReader(tmp_path / "trace.json").parser == "ijson"
     monkeypatch.delenv(PARSER_ENV)
     assert TraceReader(tmp_path / "trace.json").parser == "msgspec"
+
+
+def test_a_comma_before_the_end_is_declined_after_any_cut(tmp_path, monkeypatch):
+    """With chunks of a few events, the text after the last cut is " ]": empty, which
+    msgspec reads as an empty list; the comma before it makes the text invalid."""
+    path = tmp_path / "trace.json"
+    path.write_bytes(_trace(*[_op(ts=float(i)) for i in range(20)], _op() + ", "))
+    monkeypatch.setattr(chunked_decoding, "BLOCK_BYTES", 256)
+    reader = TraceReader(path, parser="msgspec")
+    with pytest.raises(TraceReadError, match="invalid JSON"):
+        for _ in reader.events():
+            pass
+    assert "a comma before the end" in reader.declined
+    assert _outcome(path, "msgspec", monkeypatch) == _outcome(path, "ijson", monkeypatch)
