@@ -11,11 +11,14 @@ from __future__ import annotations
 import gzip
 import json
 import random
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from stepscope.analysis import summarize_rank
+from stepscope.analysis.model.rank_summary import RankSummary
 from stepscope.analysis.reading import chunked_decoding
 from stepscope.analysis.reading.reader import PARSER_ENV, TraceReader
 
@@ -128,3 +131,28 @@ def test_events_longer_than_a_chunk_are_read_whole(real_events, tmp_path, monkey
     path.write_text(json.dumps({"traceEvents": [*events[:500], long_op, *events[500:900]]}))
     _fast_path_reads_it_whole(path)
     assert _summary_by("msgspec", path, monkeypatch) == _summary_by("ijson", path, monkeypatch)
+
+
+WITHOUT_MSGSPEC = """
+import sys
+sys.modules["msgspec"] = None  # as on a platform without its wheel: importing it fails
+from stepscope.analysis import summarize_rank
+from stepscope.analysis.model.rank_summary import RankSummary
+from stepscope.analysis.reading.reader import TraceReader, chosen_parser
+assert chosen_parser() == "ijson" and TraceReader(sys.argv[1], parser="msgspec").parser == "ijson"
+print(summarize_rank(sys.argv[1]).model_dump_json())
+"""
+
+
+def test_without_the_msgspec_wheel_ijson_reads_everything(shared_traces, monkeypatch):
+    path = shared_traces / "ddp-2rank-nccl-rank0.json.gz"
+    monkeypatch.delenv(PARSER_ENV, raising=False)
+    child = subprocess.run(
+        [sys.executable, "-c", WITHOUT_MSGSPEC, str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert child.returncode == 0, child.stderr[-2000:]
+    summary = RankSummary.model_validate_json(child.stdout)
+    assert summary.model_dump() == _summary_by("ijson", path, monkeypatch)
