@@ -100,7 +100,7 @@ _X_RULES = {
 # Whether a CPU op's args are read, by name: op names repeat millions of times. Only names
 # up to CACHED_NAME_CHARS are kept (real op names are far shorter), so that a trace of
 # invented names holds at most 2 MiB here.
-_COMM_NAMES: dict[str, bool] = {}
+_ARGS_READ_BY_NAME: dict[str, bool] = {}
 MAX_CACHED_NAMES = 8192
 CACHED_NAME_CHARS = 256
 
@@ -288,7 +288,7 @@ def _trace_events(decoded: list[_Event]) -> list[TraceEvent]:
     """The events as ``TraceEvent``s, by the rules of ``classify.classify_event``."""
     batch = []
     append = batch.append
-    comm_names = _COMM_NAMES
+    args_read_by_name = _ARGS_READ_BY_NAME
     for event in decoded:
         ph, cat, name = event.ph, event.cat, event.name
         if len(name) > MAX_NAME_CHARS:
@@ -299,12 +299,12 @@ def _trace_events(decoded: list[_Event]) -> list[TraceEvent]:
             wants_args = args_are_read(kind, name)
         else:
             kind, wants_args = rule
-            if wants_args is None:  # a CPU op: its args matter if it issues a collective
-                wants_args = comm_names.get(name)
+            if wants_args is None:  # a CPU op: whether its args are read follows from its name
+                wants_args = args_read_by_name.get(name)
                 if wants_args is None:
                     wants_args = args_are_read(kind, name)
-                    if len(comm_names) < MAX_CACHED_NAMES and len(name) <= CACHED_NAME_CHARS:
-                        comm_names[name] = wants_args
+                    if len(args_read_by_name) < MAX_CACHED_NAMES and len(name) <= CACHED_NAME_CHARS:
+                        args_read_by_name[name] = wants_args
         ts, dur = event.ts, event.dur
         if not -MAX_ABS_TIME_US < ts < MAX_ABS_TIME_US:
             raise Declined("a time out of range")  # ijson names it
