@@ -95,9 +95,12 @@ def verdict_lines(job: JobSummary) -> list[str]:
     bottleneck = job.bottleneck
     if job.bottleneck_reason:
         bottleneck += f" ({job.bottleneck_reason})"
+    mfu = ""
+    if job.efficiency is not None and job.efficiency.median_mfu_pct is not None:
+        mfu = f"; MFU {job.efficiency.median_mfu_pct:.1f}%"
     lines = [
         f"verdict: bottleneck: {bottleneck}; straggler: {straggler}; median step "
-        f"{job.median_step_ms:.2f} ms; lateness: {job.lateness_pattern.value}"
+        f"{job.median_step_ms:.2f} ms{mfu}; lateness: {job.lateness_pattern.value}"
     ]
     if job.alignment:
         lines.append(
@@ -127,14 +130,26 @@ def rank_lines(job: JobSummary) -> list[str]:
     arrivals = {a.rank: a for a in job.arrivals}
     labels = [c.removesuffix("_ms").replace("comm_exposed", "comm") for c in Breakdown.CATEGORIES]
     header = f"{'rank':>5} {'step ms':>9} " + " ".join(f"{x[:9] + '%':>10}" for x in labels)
-    lines = [header + f" {'overlap%':>9} {'lag ms':>8} {'p':>7}"]
+    # MFU gets a column only when some rank measured it (the full tier on a known GPU).
+    mfu = _mfu_by_rank(job)
+    mfu_header = f" {'MFU%':>6}" if mfu else ""
+    lines = [header + f"{mfu_header} {'overlap%':>9} {'lag ms':>8} {'p':>7}"]
     for rank, breakdown in sorted(job.rank_breakdowns.items()):
         cells = " ".join(f"{breakdown.percent(c):>10.1f}" for c in Breakdown.CATEGORIES)
+        if mfu:
+            value = mfu.get(rank)
+            cells += f" {value:>6.1f}" if value is not None else f" {'-':>6}"
         arrival = arrivals.get(rank)
         lag = f"{arrival.median_lag_ms:>8.2f} {arrival.p_value:>7.2g}" if arrival else ""
         overlap = breakdown.percent("comm_overlapped_ms")
         lines.append(f"{rank:>5} {breakdown.total_ms:>9.2f} {cells} {overlap:>9.1f} {lag}")
     return lines
+
+
+def _mfu_by_rank(job: JobSummary) -> dict[int, float | None]:
+    if job.efficiency is None or job.efficiency.median_mfu_pct is None:
+        return {}
+    return {row.rank: row.median_mfu_pct for row in job.efficiency.utilization}
 
 
 def format_table(job: JobSummary, all_ranks: bool = False) -> str:

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from stepscope.analysis.findings.collective_bandwidth import slow_collective_bandwidth
 from stepscope.analysis.findings.device import gpu_throttling, input_starves_gpu, out_of_memory_risk
 from stepscope.analysis.findings.jitter import rotating_lateness
+from stepscope.analysis.findings.loss_scaling import skipped_steps
 from stepscope.analysis.findings.resource import (
     data_loading,
     gpu_underutilization,
@@ -20,6 +21,7 @@ from stepscope.analysis.findings.resource import (
     no_tensor_cores,
 )
 from stepscope.analysis.findings.undecided import Undecided, possible_straggler
+from stepscope.analysis.findings.utilization import low_mfu
 from stepscope.analysis.findings.wait import communication, late_ranks, straggler_or_slow_node
 from stepscope.analysis.model.job_summary import Evidence, Finding, JobSummary, Severity
 
@@ -64,6 +66,8 @@ DETECTORS: tuple[Callable[[JobSummary], Finding | None], ...] = (
     memory_pressure,
     gpu_underutilization,
     no_tensor_cores,
+    low_mfu,
+    skipped_steps,
     out_of_memory_risk,
     input_starves_gpu,
     gpu_throttling,

@@ -45,6 +45,7 @@ from stepscope.analysis.findings.undecided import Undecided
 from stepscope.analysis.merging.alignment import align_ranks, collective_timings
 from stepscope.analysis.merging.waiting import judge_waiting
 from stepscope.analysis.model.counter_overview import counter_overview
+from stepscope.analysis.model.efficiency_overview import efficiency_overview
 from stepscope.analysis.model.fabric import FabricOptions
 from stepscope.analysis.model.group_bandwidth import group_bandwidth
 from stepscope.analysis.model.job_summary import (
@@ -257,6 +258,8 @@ def merge_ranks(
     imbalances = [entry.imbalance for entry in job.step_imbalance]
     job.load_imbalance = round(_median(imbalances), 4) if imbalances else None
     job.counters = counter_overview(summaries)
+    efficiency = efficiency_overview(summaries)
+    job.efficiency = efficiency if efficiency.utilization or efficiency.skipped_steps else None
     nodes = {rank: where.node for rank, where in job.placement.items() if where.node}
     job.collective_bandwidth = group_bandwidth(summaries, nodes, fabric or FabricOptions())
     findings = diagnose(job, undecided) + step_timing_findings(job)

@@ -13,6 +13,7 @@ from enum import StrEnum
 from pydantic import BaseModel, ConfigDict, Field
 
 from stepscope.analysis.model.counter_overview import CounterOverview
+from stepscope.analysis.model.efficiency_overview import EfficiencyOverview
 from stepscope.analysis.model.group_bandwidth import GroupBandwidth
 from stepscope.analysis.model.rank_summary import Breakdown, RankSummary
 
@@ -272,6 +273,11 @@ class JobSummary(_Model):
         default_factory=list,
         description="Bus bandwidth per process group, collective and message size, against "
         "the group's link peak (see group_bandwidth).",
+    )
+    efficiency: EfficiencyOverview | None = Field(
+        None,
+        description="MFU per rank (median over steps) and steps a gradient scaler skipped, "
+        "when any rank measured them (efficiency_overview).",
     )
     findings: list[Finding] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)

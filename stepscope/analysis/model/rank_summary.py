@@ -12,7 +12,9 @@ ranges, the last-resort source); ``DeviceSplit`` resolves overlaps compute >
 communication > memory (it said communication first), which is what HTA's
 temporal breakdown does. Later: ``MemoryStats`` says the device's capacity and where
 its peaks happen; ``unlaunched_gpu`` counts GPU activity without a CPU-side launch;
-``counters`` carries NVML counter statistics (all optional).
+``counters`` carries NVML counter statistics (all optional). Later still:
+``launch_kinds`` (CUDA graphs, driver launches, syncs), ``utilization`` (MFU per step)
+and ``loss_scaling`` (steps a gradient scaler skipped), all optional.
 
 Units: durations are milliseconds (``*_ms``); timestamps are microseconds in the
 trace's own clock (``*_us``), exactly as Kineto wrote them, so ranks are aligned
@@ -66,6 +68,9 @@ from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 from stepscope.analysis.model.collective_bandwidth import RankBandwidth
 from stepscope.analysis.model.counter_stats import CounterStats
+from stepscope.analysis.model.launch_kinds import LaunchKinds
+from stepscope.analysis.model.loss_scaling import LossScaling
+from stepscope.analysis.model.utilization import Utilization
 from stepscope.tiers import SummaryKind
 
 SCHEMA_VERSION = 1
@@ -422,4 +427,13 @@ class RankSummary(_Model):
     )
     counters: CounterStats | None = Field(
         None, description="NVML counters sampled during the window (counters.json)."
+    )
+    launch_kinds: LaunchKinds | None = Field(
+        None, description="CUDA graph, driver-API launch and sync counts; None when none ran."
+    )
+    utilization: Utilization | None = Field(
+        None, description="MFU per step, or why it is unknown; None on CPU traces."
+    )
+    loss_scaling: LossScaling | None = Field(
+        None, description="Steps a gradient scaler skipped; None without a scaler."
     )

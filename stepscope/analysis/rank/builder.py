@@ -33,6 +33,8 @@ from stepscope.analysis.rank.aggregates import (
 )
 from stepscope.analysis.rank.breakdowns import DeviceTotals, StepTotals, step_records
 from stepscope.analysis.rank.collective_bandwidth import CollectiveBandwidth
+from stepscope.analysis.rank.launch_kinds import LaunchKindCounts, graph_note
+from stepscope.analysis.rank.loss_scaling import ScalerMarks
 from stepscope.analysis.rank.source_notes import (
     coverage_notes,
     device_kind,
@@ -40,6 +42,7 @@ from stepscope.analysis.rank.source_notes import (
     unlaunched_activity,
 )
 from stepscope.analysis.rank.timeline import IntervalStore
+from stepscope.analysis.rank.utilization import FlopCounts, KernelDurations, utilization
 from stepscope.analysis.reading import classify
 from stepscope.analysis.reading.events import EventKind, TraceEvent
 from stepscope.analysis.reading.launch_links import LaunchLinks
@@ -65,12 +68,19 @@ ROLE_CACHE_SIZE = 8192
 # could invent one per event, so past MAX_UNKNOWN_KINDS (rank_summary) the rest are
 # counted together.
 _COMM, _DATA, _OTHER = "comm", "data", "other"
+_FLOP, _SCALER, _OPTIMIZER = "flop", "scaler", "optimizer"
 
 
 def _op_role(name: str) -> str:
     if classify.is_comm_op(name):
         return _COMM
-    return _DATA if classify.is_data_loading(name) else _OTHER
+    if classify.is_data_loading(name):
+        return _DATA
+    if classify.is_flop_op(name):
+        return _FLOP
+    if name in classify.SCALER_OPS:
+        return _SCALER
+    return _OPTIMIZER if classify.is_optimizer_step(name) else _OTHER
 
 
 class RankSummaryBuilder:
@@ -97,6 +107,10 @@ class RankSummaryBuilder:
         self.short_ops = 0
         self.memory = MemoryPeaks()
         self.launch_links = LaunchLinks()
+        self.launch_kinds = LaunchKindCounts()
+        self.flop_counts = FlopCounts()
+        self.kernel_durations = KernelDurations()
+        self.scaler_marks = ScalerMarks()
         self.data_loading = [0, 0.0, 0.0]  # calls, total us, max us
         self.step_totals = StepTotals()
         self.device_totals = DeviceTotals()
@@ -104,7 +118,7 @@ class RankSummaryBuilder:
         self._until_seal = SEAL_EVERY_EVENTS
         self._op_roles: dict[str, object] = {}
         self._threads: set[object] = set()
-        self._runtime_flags: dict[str, tuple[bool, bool]] = {}
+        self._runtime_flags: dict[str, tuple[bool, bool, bool]] = {}
         self._handlers = {
             EventKind.CPU_OP: self._cpu_op,
             EventKind.ANNOTATION: self._annotation,
@@ -138,6 +152,9 @@ class RankSummaryBuilder:
         handler(event)
 
     def _count_unknown(self, event: TraceEvent) -> None:
+        if event.cat == classify.GPU_SYNC_CATEGORY:
+            self.launch_kinds.gpu_syncs += 1
+            return
         kind = f"{event.ph}:{event.cat}"[:UNKNOWN_KIND_CHARS]
         if kind not in self.unknown and len(self.unknown) >= MAX_UNKNOWN_KINDS:
             kind = "other"
@@ -166,10 +183,18 @@ class RankSummaryBuilder:
             role = _op_role(name)
             if len(self._op_roles) < ROLE_CACHE_SIZE:
                 self._op_roles[name] = role
+        if role is _OTHER:
+            return
         if role is _COMM:
             self._cpu_comm(event)
         elif role is _DATA:
             self._data_loading(event)
+        elif role is _FLOP:
+            self.flop_counts.add(name, tid, start, dur, event[6])
+        elif role is _SCALER:
+            self.scaler_marks.add_scaler(start)
+        elif role is _OPTIMIZER:
+            self.scaler_marks.add_optimizer_step(start)
 
     def _annotation(self, event: TraceEvent) -> None:
         role = _op_role(event[1])
@@ -177,6 +202,8 @@ class RankSummaryBuilder:
             self._cpu_comm(event)
         elif role is _DATA:
             self._data_loading(event)
+        elif role is _OPTIMIZER:
+            self.scaler_marks.add_optimizer_step(event.ts)
 
     def _cpu_comm(self, event: TraceEvent) -> None:
         name, args, start, end = event.name, event.args, event.ts, event.ts + event.dur
@@ -209,15 +236,23 @@ class RankSummaryBuilder:
     def _runtime(self, event: TraceEvent) -> None:
         _, name, _, tid, start, dur, _, _, _ = event
         self.runtime_us += dur
-        if event[6]:
-            self.launch_links.launched(event[6].get("correlation"))
+        correlation = event[6].get("correlation") if event[6] else None
+        self.launch_links.launched(correlation)
         flags = self._runtime_flags.get(name)
         if flags is None:
-            flags = (classify.is_launch(name), not classify.is_blocking_runtime(name))
+            flags = (
+                classify.is_launch(name),
+                not classify.is_blocking_runtime(name),
+                classify.is_graph_launch(name)
+                or classify.is_driver_launch(name)
+                or classify.sync_call_kind(name) is not None,
+            )
             if len(self._runtime_flags) < ROLE_CACHE_SIZE:
                 self._runtime_flags[name] = flags
             self.hip_runtime = self.hip_runtime or name.startswith("hip")
-        launch, counts_as_host = flags
+        launch, counts_as_host, launch_kind = flags
+        if launch_kind:
+            self.launch_kinds.runtime(name, correlation)
         if launch:
             self.launches += 1
             self.launch_gaps.add(tid, start, start + dur)
@@ -242,7 +277,9 @@ class RankSummaryBuilder:
                 "tensor_core_us": 0.0,
             }
         start, end = event.ts, event.ts + event.dur
-        self.launch_links.ran(args.get("correlation"), event.dur)
+        correlation = args.get("correlation")
+        self.launch_links.ran(correlation, event.dur)
+        self.launch_kinds.gpu(correlation, event.dur)
         self.gpu_watermark = max(self.gpu_watermark, start)
         self._until_seal -= 1
         if self._until_seal == 0:
@@ -260,6 +297,7 @@ class RankSummaryBuilder:
                 return
             if classify.is_tensor_core_kernel(event.name):
                 stats["tensor_core_us"] += event.dur
+            self.kernel_durations.add(event.dur)
             self.intervals.add(("gpu", device, "compute"), start, end)
         else:
             stats["memcpy" if event.kind is EventKind.MEMCPY else "memset"] += 1
@@ -322,6 +360,13 @@ class RankSummaryBuilder:
         collectives, dropped = self.collectives.records(step_lookup(windows))
         step_count = max(1, len(windows))
         unlaunched = unlaunched_activity(self.launch_links, notes) if self._gpu_mode else None
+        launch_kinds = self.launch_kinds.build()
+        if (note := graph_note(launch_kinds)) is not None:
+            notes.append(note)
+        mfu = None
+        if self._gpu_mode or self.flop_counts.ops_seen:
+            names = device_names if self._gpu_mode else []
+            mfu = utilization(self.flop_counts, windows, names, self.kernel_durations)
         return RankSummary(
             source=_clipped(source, NAME_MAX_LENGTH),
             rank=rank_value,
@@ -369,6 +414,9 @@ class RankSummaryBuilder:
                 total_ms=round(self.data_loading[1] / 1e3, 4),
                 max_call_ms=round(self.data_loading[2] / 1e3, 4),
             ),
+            launch_kinds=launch_kinds,
+            utilization=mfu,
+            loss_scaling=self.scaler_marks.build(windows),
         )
 
     def _step_windows(self, notes: list[str]) -> tuple[list[StepSpan], object]:

@@ -109,7 +109,9 @@ _COMM_ARGS_KINDS = frozenset({EventKind.CPU_OP, EventKind.ANNOTATION})
 
 def args_are_read(kind: EventKind, name: str) -> bool:
     """Whether the analysis reads the ``args`` of an event of this kind and name."""
-    return kind in _ARGS_READ_KINDS or (kind in _COMM_ARGS_KINDS and is_comm_op(name))
+    if kind in _ARGS_READ_KINDS:
+        return True
+    return kind in _COMM_ARGS_KINDS and (is_comm_op(name) or is_flop_op(name))
 
 
 def _clamped_duration(dur: float) -> float:
@@ -206,6 +208,94 @@ def is_launch(name: str) -> bool:
 def is_blocking_runtime(name: str) -> bool:
     """Runtime calls that wait for the device; not launch overhead."""
     return "Synchronize" in name
+
+
+# A CUDA graph replay is one runtime (or driver) call; CUPTI gives every kernel it runs the
+# launch's correlation id (wolfpld/tracy#1330 checked it), and Kineto writes that id on them.
+_GRAPH_LAUNCHES = frozenset({"cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaunch"})
+
+
+def is_graph_launch(name: str) -> bool:
+    """``cudaGraphLaunch`` (any ``_vNNNNN`` spelling), ``cuGraphLaunch``, ``hipGraphLaunch``."""
+    return name.split("_v", 1)[0] in _GRAPH_LAUNCHES
+
+
+def is_driver_launch(name: str) -> bool:
+    """A driver-API kernel launch (``cuLaunchKernel``, ``cuLaunchKernelEx``: Triton's)."""
+    return name.startswith("cuLaunch")
+
+
+# Runtime calls that order work on events and streams, by what they wait for. Only the
+# Synchronize ones block the host; cudaStreamWaitEvent makes a stream wait on the GPU.
+SYNC_CALLS = {
+    "cudaEventSynchronize": "event_sync",
+    "hipEventSynchronize": "event_sync",
+    "cudaStreamWaitEvent": "stream_wait_event",
+    "hipStreamWaitEvent": "stream_wait_event",
+    "cudaStreamSynchronize": "stream_sync",
+    "hipStreamSynchronize": "stream_sync",
+    "cudaDeviceSynchronize": "device_sync",
+    "hipDeviceSynchronize": "device_sync",
+}
+# CUPTI's own records of those waits on the GPU timeline (cat ``cuda_sync``).
+GPU_SYNC_CATEGORY = "cuda_sync"
+
+
+def sync_call_kind(name: str) -> str | None:
+    """What a runtime call waits for (``SYNC_CALLS``), or None for any other call."""
+    return SYNC_CALLS.get(name.split("_v", 1)[0])
+
+
+# --- FLOP-carrying CPU ops ---------------------------------------------------------
+
+# Ops whose recorded shapes give their FLOPs (rank/flop_counting.py states the formulas),
+# and the ops torch.profiler's with_flops writes a ``flops`` argument on.
+SHAPE_FLOP_OPS = frozenset(
+    {
+        "aten::mm",
+        "aten::addmm",
+        "aten::bmm",
+        "aten::baddbmm",
+        "aten::matmul",
+        "aten::linear",
+        "aten::convolution",
+        "aten::_convolution",
+        "aten::conv1d",
+        "aten::conv2d",
+        "aten::conv3d",
+        "aten::convolution_backward",
+        "aten::scaled_dot_product_attention",
+        "aten::_scaled_dot_product_flash_attention",
+        "aten::_scaled_dot_product_flash_attention_for_cpu",
+        "aten::_scaled_dot_product_efficient_attention",
+        "aten::_scaled_dot_product_cudnn_attention",
+        "aten::_scaled_dot_product_flash_attention_backward",
+        "aten::_scaled_dot_product_flash_attention_for_cpu_backward",
+        "aten::_scaled_dot_product_efficient_attention_backward",
+        "aten::_scaled_dot_product_cudnn_attention_backward",
+    }
+)
+PROFILER_FLOP_OPS = frozenset({"aten::mul", "aten::add"})
+
+
+def is_flop_op(name: str) -> bool:
+    """A CPU op whose args may carry its FLOPs (``flops``) or the shapes that give them."""
+    return name in SHAPE_FLOP_OPS or name in PROFILER_FLOP_OPS
+
+
+# --- mixed precision ----------------------------------------------------------------
+
+# What torch.amp.GradScaler runs each step: unscale_ checks the gradients for inf/NaN,
+# update() moves the scale; a step it skips has no optimizer.step record.
+SCALER_OPS = frozenset(
+    {"aten::_amp_foreach_non_finite_check_and_unscale_", "aten::_amp_update_scale_"}
+)
+OPTIMIZER_STEP_PREFIX = "Optimizer.step#"
+
+
+def is_optimizer_step(name: str) -> bool:
+    """The ``Optimizer.step#<Class>.step`` range torch.optim records around each step."""
+    return name.startswith(OPTIMIZER_STEP_PREFIX)
 
 
 # --- collective names -----------------------------------------------------------

@@ -27,6 +27,7 @@ from stepscope.analysis.reports.bandwidth import bandwidth_section
 from stepscope.analysis.reports.context import ReportContext
 from stepscope.analysis.reports.counters import gpu_section
 from stepscope.analysis.reports.distributions import distributions
+from stepscope.analysis.reports.efficiency import efficiency_section
 from stepscope.analysis.reports.heatmaps import binning_note, heatmap
 from stepscope.analysis.reports.origin import ReportOrigin, origin_facts, report_title
 from stepscope.analysis.reports.perfetto import perfetto_section
@@ -189,6 +190,7 @@ SECTIONS: list[Section] = [
     Section("ranks", "Ranks", rank_detail),
     Section("details", "Details", _details),
     Section("gpu", "GPU counters and memory", lambda c: gpu_section(c.job) or None),
+    Section("efficiency", "MFU, skipped steps and launches", lambda c: efficiency_section(c.job)),
     Section("notes", "Notes", _notes),
 ]
 """The report's sections in page order; a new figure is one more entry here."""
