@@ -55,9 +55,9 @@ class FlopCounts:
     def chosen(self) -> tuple[str | None, LeafFlops | None]:
         self.profiler.flush()
         self.shapes.flush()
-        if self.profiler.counted:
+        if self.profiler.counted or self.profiler.dropped:
             return "profiler", self.profiler
-        if self.shapes.counted or self.shapes.unsized:
+        if self.shapes.counted or self.shapes.unsized or self.shapes.dropped:
             return "shapes", self.shapes
         return None, None
 

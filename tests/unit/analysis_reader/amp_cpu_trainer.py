@@ -7,7 +7,9 @@ and the scaler skips the optimizer step, as it does on a real overflow. The trac
 recorded with ``record_shapes`` (the full tier's shapes) and a ``ProfilerStep#N`` range per
 step from ``profiler.step()``, as the agent's hook records them. Beside the trace it writes
 ``flops.json``: torch.utils.flop_counter.FlopCounterMode's count of one forward and
-backward, an independent FLOP count for the tests.
+backward, an independent FLOP count for the tests, and ``profiler_flops.json``: the FLOPs
+torch.profiler's ``with_flops`` computed for each op of the trace, by its External id
+(this PyTorch computes them but does not write them into the exported trace).
 """
 
 import json
@@ -49,6 +51,12 @@ def step(model, optimizer, scaler, image, target, bad: bool) -> None:
     scaler.update()
 
 
+def export(profiler: torch.profiler.profile, out: Path) -> None:
+    profiler.export_chrome_trace(str(out / "amp.json"))
+    flops = {event.id: event.flops for event in profiler.events() if event.flops}
+    (out / "profiler_flops.json").write_text(json.dumps(flops))
+
+
 def main(out: Path) -> None:
     torch.manual_seed(0)
     model = Tiny()
@@ -63,7 +71,8 @@ def main(out: Path) -> None:
         activities=[torch.profiler.ProfilerActivity.CPU],
         schedule=schedule,
         record_shapes=True,
-        on_trace_ready=lambda prof: prof.export_chrome_trace(str(out / "amp.json")),
+        with_flops=True,
+        on_trace_ready=lambda prof: export(prof, out),
     ) as profiler:
         for number in range(STEPS):
             step(model, optimizer, scaler, image, target, number in BAD_STEPS)

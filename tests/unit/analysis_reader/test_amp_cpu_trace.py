@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from amp_cpu_trainer import BAD_STEPS
-from derived_traces import load
+from derived_traces import load, write
 
 from stepscope.analysis import summarize_rank
 from stepscope.analysis.model.device_peaks import device_peak
@@ -107,3 +107,35 @@ def test_a_cpu_trace_says_why_mfu_is_unknown(recorded):
     found = summarize_rank(recorded / "amp.json").utilization
     assert found.median_mfu_pct is None
     assert found.unknown_reason.startswith("the trace shows no GPU")
+
+
+def test_profiler_flops_are_preferred_over_shapes(recorded, tmp_path):
+    """A copy of the trace with each op's ``with_flops`` FLOPs written into its args as
+    ``flops``, the key Kineto uses where PyTorch exports them."""
+    flops = {
+        int(k): v for k, v in json.loads((recorded / "profiler_flops.json").read_text()).items()
+    }
+    document = load(recorded / "amp.json")
+    carriers = []
+    for event in document["traceEvents"]:
+        ext = (event.get("args") or {}).get("External id")
+        if event.get("cat") == "cpu_op" and ext in flops:
+            event["args"]["flops"] = flops[ext]
+            carriers.append(event)
+    # The reader reads the args of every op the profiler gives FLOPs to.
+    assert carriers and all(is_flop_op(e["name"]) for e in carriers)
+    path = write(document, tmp_path / "amp-with-flops.json")
+    steps = _steps_by_hand(document["traceEvents"])
+    # By hand: no carrier runs inside another here, so each step is the sum of its carriers.
+    assert not any(
+        a is not b and a["tid"] == b["tid"] and a["ts"] <= b["ts"] < a["ts"] + a["dur"]
+        for a in carriers
+        for b in carriers
+    )
+    expected = {
+        n: sum(e["args"]["flops"] for e in carriers if start <= e["ts"] < end)
+        for n, (start, end) in steps.items()
+    }
+    found = _utilization(path, A100)
+    assert found.source == "profiler"
+    assert {s.step: s.flops for s in found.steps} == expected
