@@ -7,7 +7,8 @@ captures and deletes the session's artifacts (leaving a pending delete while an 
 grant is still valid, swept by a background task) and retries storage errors with
 back-off, never letting go on them (see retention.py). A timer sweeps expired artifacts.
 An index keeps every session's queue entry, from which waiting sessions take their turns
-(sessions/queueing.py, sessions/turns.py).
+(sessions/queueing.py, sessions/turns.py). A timer per ProfileTrigger samples the jobs it
+watches and opens sessions on evidence (triggers/watching.py).
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ from stepscope_operator.storage.retention import (
     sweep_pending_deletes,
 )
 from stepscope_operator.threads import OPERATOR, in_thread
+from stepscope_operator.triggers.watching import TriggerBoard, watch_trigger
 
 PLURAL = "profilesessions"
 FINALIZER = f"{GROUP}/cleanup"
@@ -66,6 +68,10 @@ CLEANUP = "Cleanup"
 # The check itself is free (the `when` filter reads the object kopf already has); only an
 # expired session costs S3 calls, so checking often keeps expiry close to expiresAt.
 EXPIRY_SWEEP_SECONDS = 20.0
+# A trigger samples at its own spec.intervalSeconds (5 s at the finest); the timer looks, in
+# memory, whether that interval has passed. Looking at the finest interval keeps a sample
+# within 5 s of its time and kopf's log at one line per trigger per 5 s, as for schedules.
+TRIGGER_CHECK_SECONDS = 5.0
 # Cron has minute resolution, `every` 10 s at the finest: checking every 5 s starts an
 # interval schedule's session within half its shortest period. Each check is one list call.
 SCHEDULE_SYNC_SECONDS = 5.0
@@ -121,6 +127,7 @@ async def configure(
             lambda: session_queue.get(None, ()), Limits.from_settings(operator_settings)
         ),
     )
+    memo.triggers = TriggerBoard()
     memo.sweeper = asyncio.create_task(sweep_deleted_sessions(memo.ctx, logger))
     logger.info(
         "stepscope operator: bucket %s, prefix %s, watching %s",
@@ -305,3 +312,19 @@ async def schedule_tick(body: kopf.Body, memo: kopf.Memo, logger: logging.Logger
 async def schedule_delete(body: kopf.Body, **_: Any) -> None:
     """A deleted schedule's series go with it (metrics.py says why)."""
     forget_schedule(body.metadata.namespace, body.metadata.name)
+
+
+@kopf.timer(GROUP, VERSION, "profiletriggers", interval=TRIGGER_CHECK_SECONDS, initial_delay=1.0)
+async def trigger_tick(body: kopf.Body, memo: kopf.Memo, patch: kopf.Patch, **_: Any) -> None:
+    """Sample the trigger's jobs when due, fire where the evidence allows, write its status."""
+    status = await watch_trigger(memo.ctx, memo.triggers, copy.deepcopy(dict(body)))
+    if status is not None:
+        patch.status.update(status)
+
+
+# The timer makes kopf hold its finalizer on every trigger (as for schedules); the sessions
+# a trigger opened go by their owner references.
+@kopf.on.delete(GROUP, VERSION, "profiletriggers")
+async def trigger_delete(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """A deleted trigger's watch (its jobs' bands) is forgotten."""
+    memo.triggers.forget(body.metadata.uid)

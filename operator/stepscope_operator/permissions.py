@@ -64,6 +64,20 @@ _OPERATOR_PERMISSIONS: tuple[Permission, ...] = (
         "Last run, baseline and regression verdict go to the schedule's status.",
     ),
     Permission(
+        "stepscope.dev",
+        "profiletriggers",
+        ("list", "watch", "patch"),
+        "watched",
+        "kopf runs a timer per trigger: it watches triggers and patches their annotations.",
+    ),
+    Permission(
+        "stepscope.dev",
+        "profiletriggers/status",
+        ("patch",),
+        "watched",
+        "Jobs watched, the last firing and the Ready condition go to the trigger's status.",
+    ),
+    Permission(
         "",
         "pods",
         ("list",),

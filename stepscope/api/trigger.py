@@ -66,6 +66,7 @@ class TriggerEventReason(StrEnum):
     """Reasons of the trigger's Events and conditions that are not a firing."""
 
     WATCHING = "Watching"
+    INVALID_SPEC = "InvalidSpec"
     SUSPENDED = "Suspended"
     JOB_UNREACHABLE = "JobUnreachable"
     COOLING_DOWN = "CoolingDown"
@@ -302,25 +303,29 @@ class DataWaitRule(ApiModel):
 class TriggerRules(ApiModel):
     """The rules a trigger judges each sample with; each can be turned off."""
 
+    # The schema's defaults are whole objects: the API server evaluates an object's CEL rules
+    # on its default as written, before defaulting the fields inside it, and rejects the CRD
+    # when a default of {} has no warmupSamples to compare.
+
     step_time_band: StepTimeBandRule = Field(
         default_factory=StepTimeBandRule,
         description="Desired state. The job's own step-time band. Default: on.",
-        json_schema_extra={"default": {}},
+        json_schema_extra={"default": StepTimeBandRule().to_wire()},
     )
     straggler: StragglerRule = Field(
         default_factory=StragglerRule,
         description="Desired state. One rank or node behind the others. Default: on.",
-        json_schema_extra={"default": {}},
+        json_schema_extra={"default": StragglerRule().to_wire()},
     )
     hang: HangRule = Field(
         default_factory=HangRule,
         description="Desired state. No progress at all. Default: on.",
-        json_schema_extra={"default": {}},
+        json_schema_extra={"default": HangRule().to_wire()},
     )
     data_wait: DataWaitRule = Field(
         default_factory=DataWaitRule,
         description="Desired state. The input pipeline starving the step. Default: on.",
-        json_schema_extra={"default": {}},
+        json_schema_extra={"default": DataWaitRule().to_wire()},
     )
 
 
@@ -385,12 +390,12 @@ class ProfileTriggerSpec(ApiModel):
     rules: TriggerRules = Field(
         default_factory=TriggerRules,
         description="Desired state. When to fire. Default: every rule on, with its defaults.",
-        json_schema_extra={"default": {}},
+        json_schema_extra={"default": TriggerRules().to_wire()},
     )
     limits: RateLimits = Field(
         default_factory=RateLimits,
         description="Desired state. How often to fire. Default: 1 h cooldown, 4 a day a job.",
-        json_schema_extra={"default": {}},
+        json_schema_extra={"default": RateLimits().to_wire()},
     )
     session_template: TriggeredSessionTemplate = Field(
         default_factory=TriggeredSessionTemplate,

@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from stepscope_operator.triggers.evidence import Evidence
+from stepscope_operator.triggers.firing import recorded_firings
 from stepscope_operator.triggers.ledger import FiringLedger
 from stepscope_operator.triggers.opening import (
     TRIGGER_LABEL,
@@ -16,6 +17,7 @@ from stepscope_operator.triggers.opening import (
 
 from stepscope.api.trigger import (
     MAX_DAILY_BUDGET,
+    MAX_NAMESPACE_DAILY_BUDGET,
     ProfileTriggerSpec,
     RateLimits,
     TriggerEventReason,
@@ -134,3 +136,44 @@ def test_a_templates_own_hang_check_is_kept() -> None:
     body = session_for_firing(trigger_body(), spec, target, "j", HANG, "n", T0)
     assert body["spec"]["hangCheck"]["thresholdFloorSeconds"] == 7
     assert body["spec"]["target"] == {"jobSet": "js", "ranks": "all"}
+
+
+def opened(name: str, created: str, **notes: str) -> dict:
+    return {"metadata": {"name": name, "creationTimestamp": created, "annotations": notes}}
+
+
+def test_firings_are_recalled_from_annotations_and_forged_ones_passed_over() -> None:
+    good = {
+        "stepscope.dev/trigger-job": "pytorchjob/x",
+        "stepscope.dev/trigger-reason": "NoProgress",
+        "stepscope.dev/trigger-fired-at": T0.isoformat(),
+    }
+    sessions = [
+        opened("a", "2026-12-06T11:00:00Z", **good),
+        opened("b", "2026-12-06T12:00:00Z", **{**good, "stepscope.dev/trigger-reason": "Bogus"}),
+        opened("c", "2026-12-06T12:00:01Z", **{**good, "stepscope.dev/trigger-fired-at": "x"}),
+        opened("d", "2026-12-06T12:00:02Z", **{**good, "stepscope.dev/trigger-job": "j" * 5000}),
+        opened("e", "2026-12-06T12:00:03Z"),
+        opened(
+            "f",
+            "2026-12-06T12:00:04Z",
+            **{**good, "stepscope.dev/trigger-fired-at": "2026-12-06T12:00:00"},
+        ),
+    ]
+    (long_job, _), (job, firing) = recorded_firings(sessions)
+    assert (job, firing.session, firing.reason) == ("pytorchjob/x", "a", TriggerReason.NO_PROGRESS)
+    assert len(long_job) <= 300  # a forged job name is clipped, not refused
+
+
+def test_only_the_newest_labelled_sessions_are_read() -> None:
+    good = {
+        "stepscope.dev/trigger-job": "pytorchjob/x",
+        "stepscope.dev/trigger-reason": "Straggler",
+        "stepscope.dev/trigger-fired-at": T0.isoformat(),
+    }
+    sessions = [
+        opened(f"s{i}", f"2026-12-06T{i // 60:02d}:{i % 60:02d}:00Z", **good) for i in range(1000)
+    ]
+    firings = recorded_firings(sessions)
+    assert len(firings) == MAX_NAMESPACE_DAILY_BUDGET
+    assert {f.session for _, f in firings} == {f"s{i}" for i in range(500, 1000)}

@@ -1,0 +1,146 @@
+"""One look at a ProfileTrigger, run by a kopf timer every 5 s: when its interval has
+passed, sample every watched job, judge the samples, fire where the evidence and the limits
+allow, and return the status to write.
+
+State lives in memory, one `TriggerWatch` per trigger in the operator's `TriggerBoard`: the
+rules' state per job (bands of at most 240 samples, straggler counts bounded by the job's
+ranks) and when each refusal was told. After a restart it is rebuilt: the bands warm up
+again from new samples (``warmupSamples``), and the ledger is refilled from the sessions the
+trigger opened (their annotations) before it may fire; a firing that still happens twice
+meets the deterministic name of the first (triggers/opening.py) and opens nothing.
+A changed spec (a new generation) starts every job's rules afresh.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from pydantic import ValidationError
+
+from stepscope.api.session import describe_target
+from stepscope.api.trigger import (
+    MAX_COOLDOWN_SECONDS,
+    ProfileTriggerSpec,
+    ProfileTriggerStatus,
+    TriggerEventReason,
+    TriggerFiring,
+)
+from stepscope_operator.context import OperatorContext
+from stepscope_operator.sessions.status import READY, set_condition
+from stepscope_operator.threads import computed
+from stepscope_operator.triggers.firing import Told, fire, recall_firings
+from stepscope_operator.triggers.judging import JobJudge
+from stepscope_operator.triggers.ledger import FiringLedger
+from stepscope_operator.triggers.samples import JobSample
+from stepscope_operator.triggers.sampling import sample_job
+
+PRUNE_EVERY_SECONDS = 60.0
+
+
+@dataclass
+class TriggerWatch:
+    """What the operator remembers of one trigger between samples."""
+
+    generation: int | None
+    judges: dict[str, JobJudge] = field(default_factory=dict)
+    told: Told = field(default_factory=Told)
+    sampled_at: float | None = None  # time.monotonic()
+    recalled: bool = False
+
+    def due(self, interval_s: int, now: float) -> bool:
+        return self.sampled_at is None or now - self.sampled_at >= interval_s
+
+
+@dataclass
+class TriggerBoard:
+    """Every trigger's watch, and the one ledger all triggers fire through."""
+
+    ledger: FiringLedger = field(default_factory=FiringLedger)
+    watches: dict[str, TriggerWatch] = field(default_factory=dict)
+    pruned_at: float = 0.0
+
+    def watch_for(self, uid: str, generation: int | None) -> TriggerWatch:
+        watch = self.watches.get(uid)
+        if watch is None or watch.generation != generation:
+            recalled = watch.recalled if watch else False
+            watch = self.watches[uid] = TriggerWatch(generation, recalled=recalled)
+        return watch
+
+    def forget(self, uid: str) -> None:
+        self.watches.pop(uid, None)
+
+
+async def watch_trigger(
+    ctx: OperatorContext, board: TriggerBoard, body: dict[str, Any]
+) -> dict[str, Any] | None:
+    """Sample and judge the trigger's jobs when due; the status to write, or None."""
+    meta = body["metadata"]
+    watch = board.watch_for(meta["uid"], meta.get("generation"))
+    status = ProfileTriggerStatus.model_validate(body.get("status") or {})
+    try:
+        spec = ProfileTriggerSpec.model_validate(body["spec"])
+    except ValidationError as exc:
+        # The API server checks the same rules; this is a CRD older than the operator.
+        return _with_ready(
+            ctx, body, status, "False", TriggerEventReason.INVALID_SPEC, str(exc)[:400]
+        )
+    clock = time.monotonic()
+    if not watch.due(spec.interval_seconds, clock):
+        return None
+    watch.sampled_at = clock
+    if clock - board.pruned_at >= PRUNE_EVERY_SECONDS:
+        board.ledger.prune(ctx.now(), timedelta(seconds=MAX_COOLDOWN_SECONDS))
+        board.pruned_at = clock
+    if spec.suspend:
+        message = "spec.suspend is true: no job is sampled and nothing fires"
+        return _with_ready(ctx, body, status, "False", TriggerEventReason.SUSPENDED, message)
+    if not watch.recalled:
+        recalled = await recall_firings(ctx, board.ledger, body)
+        watch.recalled = True
+        if status.last_fired is None and recalled is not None:
+            status = status.model_copy(update={"last_fired": recalled})
+    targets = spec.jobs.targets()
+    samples = await asyncio.gather(*(sample_job(ctx, meta["namespace"], t) for t in targets))
+    answered, notes = 0, []
+    for target, sample in zip(targets, samples, strict=True):
+        job = describe_target(target)
+        if not isinstance(sample, JobSample) or not sample.ranks:
+            notes.append(f"{job}: {sample if isinstance(sample, str) else 'no ranks reported'}")
+            continue
+        answered += 1
+        judge = watch.judges.setdefault(job, JobJudge(spec.rules))
+        found = await computed(meta["namespace"], judge.judge, sample)
+        for evidence in found:
+            outcome = await fire(ctx, board.ledger, watch.told, body, spec, target, job, evidence)
+            if isinstance(outcome, TriggerFiring):
+                status = status.model_copy(update={"last_fired": outcome})
+                break
+        notes.append(f"{job}: {judge.describe()}")
+    status = status.model_copy(update={"jobs_watched": answered, "last_sample_time": ctx.now()})
+    ready = (
+        ("True", TriggerEventReason.WATCHING)
+        if answered
+        else ("False", TriggerEventReason.JOB_UNREACHABLE)
+    )
+    return _with_ready(ctx, body, status, *ready, "; ".join(notes))
+
+
+def _with_ready(
+    ctx: OperatorContext,
+    body: dict[str, Any],
+    status: ProfileTriggerStatus,
+    ready: str,
+    reason: str,
+    message: str,
+) -> dict[str, Any]:
+    generation = body["metadata"].get("generation")
+    conditions = set_condition(
+        status.conditions, READY, ready, reason, message, generation, ctx.now()
+    )
+    final = status.model_copy(update={"conditions": conditions, "observed_generation": generation})
+    # Re-validate so a bad value fails here, with the field named, not on the server.
+    return ProfileTriggerStatus.model_validate(final.model_dump()).to_wire()

@@ -1,0 +1,177 @@
+"""A ProfileTrigger opens sessions by itself: when the job's step time leaves its band, and a
+hang check when the job stops; within its cooldown a second rise opens nothing.
+
+The real operator process and the real sidecar code (stepscope_dev.agent_fleet: simulated
+trainers stepping every 50 ms); the trigger samples every 5 s (its shortest interval) with
+a warm-up of 5 samples, so the whole story takes about a minute and a half of samples.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from stepscope_operator.triggers.opening import REASON_ANNOTATION, TRIGGER_LABEL
+from support import wait_until
+from support.fleet_helpers import start_fleet
+from support.operator_helpers import (
+    OperatorProcess,
+    get_session,
+    operator_env,
+    session_events,
+)
+
+from stepscope.api.trigger import TriggerEventReason, TriggerReason
+
+pytestmark = pytest.mark.integration
+
+STEP_S = 0.05
+NAME = "fleet-watch"
+
+
+@pytest.fixture
+def fleet(local_cluster, namespace, tmp_path):
+    fleet = start_fleet(local_cluster, namespace, tmp_path, 2, 2, step_s=STEP_S)
+    yield fleet
+    fleet.stop()
+
+
+@pytest.fixture
+def trigger_operator(local_cluster, session_crds, fleet, tmp_path):
+    local_cluster.kubectl(
+        "wait", "--for=condition=Established", "--timeout=60s", "crd/profiletriggers.stepscope.dev"
+    )
+    env = operator_env(local_cluster, STEPSCOPE_AGENT_PORT=str(fleet.port))
+    process = OperatorProcess(env, tmp_path / "operator.log")
+    process.start()
+    yield process
+    process.stop()
+    print(process.logs()[-8000:])
+
+
+def trigger_manifest(namespace: str) -> dict:
+    return {
+        "apiVersion": "stepscope.dev/v1alpha1",
+        "kind": "ProfileTrigger",
+        "metadata": {"name": NAME, "namespace": namespace},
+        "spec": {
+            "jobs": {"kind": "podSelector", "podSelector": {"matchLabels": {"app": "fleet"}}},
+            "intervalSeconds": 5,
+            "rules": {
+                "stepTimeBand": {"window": 10, "warmupSamples": 5, "consecutive": 2},
+                "straggler": {"consecutive": 2},
+                "hang": {"thresholdFloorSeconds": 10, "stepTimeMultiplier": 2},
+                "dataWait": {"consecutive": 2},
+            },
+            "limits": {"cooldownSeconds": 600},
+            "sessionTemplate": {
+                "granularity": "steps",
+                "window": {"steps": 3, "warmupSteps": 0, "leadSeconds": 1, "timeoutSeconds": 30},
+            },
+        },
+    }
+
+
+def get_trigger(local_cluster, namespace: str) -> dict:
+    out = local_cluster.kubectl("get", "profiletrigger", NAME, "-n", namespace, "-o", "json")
+    return json.loads(out.stdout)
+
+
+def trigger_events(local_cluster, namespace: str) -> list[dict]:
+    out = local_cluster.kubectl(
+        "get",
+        "events",
+        "-n",
+        namespace,
+        "-o",
+        "json",
+        f"--field-selector=involvedObject.name={NAME},involvedObject.kind=ProfileTrigger",
+    )
+    return json.loads(out.stdout)["items"]
+
+
+def opened_sessions(local_cluster, namespace: str, uid: str) -> list[dict]:
+    out = local_cluster.kubectl(
+        "get", "profilesessions", "-n", namespace, "-l", f"{TRIGGER_LABEL}={uid}", "-o", "json"
+    )
+    return json.loads(out.stdout)["items"]
+
+
+def ready_message(local_cluster, namespace: str) -> str:
+    conditions = (get_trigger(local_cluster, namespace).get("status") or {}).get("conditions")
+    return next((c["message"] for c in conditions or [] if c["type"] == "Ready"), "")
+
+
+def test_a_slowdown_and_a_stop_open_sessions_within_the_cooldown(
+    local_cluster, namespace, fleet, trigger_operator
+):
+    local_cluster.kubectl("apply", "-f", "-", input=json.dumps(trigger_manifest(namespace)))
+    wait_until(lambda: "in band" in ready_message(local_cluster, namespace), 90, "a warm band")
+    uid = get_trigger(local_cluster, namespace)["metadata"]["uid"]
+    assert opened_sessions(local_cluster, namespace, uid) == []  # steady steps open nothing
+
+    # The job slows down: twice the step time, a session opens by itself.
+    fleet.step_s = 2 * STEP_S
+    (slow,) = wait_until(
+        lambda: opened_sessions(local_cluster, namespace, uid), 60, "a session for the slowdown"
+    )
+    name = slow["metadata"]["name"]
+    assert slow["metadata"]["annotations"][REASON_ANNOTATION] == TriggerReason.STEP_TIME_OUT_OF_BAND
+    assert slow["metadata"]["ownerReferences"][0]["uid"] == uid
+    target = slow["spec"]["target"]
+    assert target["podSelector"]["matchLabels"] == {"app": "fleet"} and target["ranks"] == "all"
+    assert (
+        slow["spec"]["granularity"] == "steps" and slow["spec"].get("mode", "profile") == "profile"
+    )
+    fired = [
+        e for e in trigger_events(local_cluster, namespace) if e["reason"] == "StepTimeOutOfBand"
+    ]
+    assert len(fired) == 1 and name in fired[0]["message"], fired
+    assert "against the median, above its band" in fired[0]["message"]
+    told = [
+        e
+        for e in session_events(local_cluster, namespace, name)
+        if e["reason"] == "StepTimeOutOfBand"
+    ]
+    assert told and f"opened by ProfileTrigger {NAME}" in told[0]["message"]
+    status = get_trigger(local_cluster, namespace)["status"]
+    assert status["lastFired"]["session"] == name
+    assert status["lastFired"]["reason"] == "StepTimeOutOfBand"
+    assert status["jobsWatched"] == 1
+    printed = local_cluster.kubectl("get", "profiletriggers", "-n", namespace).stdout
+    assert "StepTimeOutOfBand" in printed and name in printed, printed
+
+    # Back to speed, then a second rise within the cooldown: the rule sees it, nothing opens.
+    fleet.step_s = STEP_S
+    wait_until(lambda: "in band" in ready_message(local_cluster, namespace), 60, "back in band")
+    fleet.step_s = 2 * STEP_S
+    cooling = wait_until(
+        lambda: [
+            e
+            for e in trigger_events(local_cluster, namespace)
+            if e["reason"] == TriggerEventReason.COOLING_DOWN
+        ],
+        60,
+        "the cooldown told",
+    )
+    assert "cooldownSeconds=600" in cooling[0]["message"]
+    assert [s["metadata"]["name"] for s in opened_sessions(local_cluster, namespace, uid)] == [name]
+
+    # The job stops: a hang check opens, the cooldown of the profiling reasons does not hold it.
+    fleet.step_s = 3600.0
+    hang = wait_until(
+        lambda: [
+            s
+            for s in opened_sessions(local_cluster, namespace, uid)
+            if s["spec"].get("mode") == "hang-check"
+        ],
+        60,
+        "a hang check",
+    )[0]
+    assert hang["metadata"]["annotations"][REASON_ANNOTATION] == TriggerReason.NO_PROGRESS
+    check = hang["spec"]["hangCheck"]
+    assert (check["thresholdFloorSeconds"], check["stepTimeMultiplier"]) == (10, 2)
+    stopped = [e for e in trigger_events(local_cluster, namespace) if e["reason"] == "NoProgress"]
+    assert stopped and "no rank has advanced for" in stopped[0]["message"]
+    assert "hang threshold 10s" in stopped[0]["message"]
+    assert get_session(local_cluster, namespace, hang["metadata"]["name"]) is not None
