@@ -191,6 +191,24 @@ class Summary(ApiModel):
     gpu: GpuCounters | None = Field(
         None, description="Observed state. GPU counters (NVML) across ranks, when sampled."
     )
+    mfu_pct: float | None = Field(
+        None,
+        ge=0,
+        le=1000,
+        description=(
+            "Observed state. Model FLOPs utilisation: the median over ranks of each rank's "
+            "median step, percent of the GPU's dense peak for the dtype; unset when not "
+            "measured (the ops tier records no shapes, or the GPU is not in the peak table)."
+        ),
+    )
+    skipped_steps: int | None = Field(
+        None,
+        ge=0,
+        description=(
+            "Observed state. Optimizer steps a gradient scaler skipped in the window "
+            "(non-finite gradients), summed over ranks; unset when no scaler ran."
+        ),
+    )
 
     @model_validator(mode="after")
     def _fill_step_time(self) -> Self:

@@ -8,6 +8,7 @@ each phase change in `kubectl describe`.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Iterable, Mapping
 from datetime import datetime
@@ -39,6 +40,8 @@ TARGET_RESOLVED = "TargetResolved"
 ARMED = "Armed"
 CAPTURED = "Captured"
 ANALYZED = "Analyzed"
+# The status's bound on MFU (stepscope.api.verdict.Summary.mfu_pct).
+MAX_MFU_PCT = 1000.0
 
 # Every phase but the final ones reads as "in progress" on the Ready condition.
 _PROGRESS_MESSAGES = {
@@ -231,7 +234,24 @@ def summary_from_job(job: JobSummary, unprofiled_step_ms: float | None = None) -
         **_bottleneck(job, timings_only),
         findings=_findings(job),
         gpu=gpu_counters_status(job.counters),
+        **_efficiency(job),
     )
+
+
+def _efficiency(job: JobSummary) -> dict:
+    """MFU and the scaler's skipped steps, when the traces measured them."""
+    efficiency = job.efficiency
+    if efficiency is None:
+        return {}
+    # The figures come from tenant-written summaries: only a finite, plausible MFU reaches
+    # the status (above 100% is possible: fp32 work on TF32 tensor cores).
+    mfu = efficiency.median_mfu_pct
+    plausible = mfu is not None and math.isfinite(mfu) and 0.0 <= mfu <= MAX_MFU_PCT
+    skipped = [row.skipped_count for row in efficiency.skipped_steps]
+    return {
+        "mfu_pct": round(mfu, 2) if plausible else None,
+        "skipped_steps": sum(skipped) if skipped else None,
+    }
 
 
 def _steps_to_decide(job: JobSummary) -> int | None:

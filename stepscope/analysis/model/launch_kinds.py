@@ -10,10 +10,14 @@ counted, never estimated, and the GPU time it took reads as idle or host overhea
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import BaseModel, ConfigDict, Field
 
 # The sync kinds classify.SYNC_CALLS names, in the order the report lists them.
 SYNC_KINDS = ("event_sync", "stream_wait_event", "stream_sync", "device_sync")
+# A summary is tenant-written: its keys are bounded like every other string in it.
+SYNC_KIND_CHARS = max(len(kind) for kind in SYNC_KINDS)
 
 
 class LaunchKinds(BaseModel):
@@ -33,7 +37,7 @@ class LaunchKinds(BaseModel):
         "the attribution above covers only the first ones.",
     )
     driver_launches: int = Field(0, description="cuLaunchKernel/cuLaunchKernelEx (Triton).")
-    sync_calls: dict[str, int] = Field(
+    sync_calls: dict[Annotated[str, Field(max_length=SYNC_KIND_CHARS)], int] = Field(
         default_factory=dict,
         max_length=len(SYNC_KINDS),
         description="Runtime calls that wait, by kind (SYNC_KINDS).",

@@ -10,7 +10,7 @@ nor a peak is known, MFU is unknown and ``unknown_reason`` says why.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -18,6 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field
 # imports this module, so they are restated here and a test checks they agree.
 MAX_STEPS = 4096
 MAX_TEXT = 4096
+# Precision names of the peak table (bf16/fp16, fp32, unknown): keys of a tenant-written dict.
+PRECISION_CHARS = 16
 
 FlopSource = Literal["profiler", "shapes"]
 
@@ -39,7 +41,7 @@ class Utilization(BaseModel):
 
     source: FlopSource | None = Field(None, description="Where the FLOPs came from.")
     device: str | None = Field(None, max_length=MAX_TEXT, description="The peak table's row used.")
-    peak_tflops: dict[str, float] = Field(
+    peak_tflops: dict[Annotated[str, Field(max_length=PRECISION_CHARS)], float] = Field(
         default_factory=dict,
         max_length=4,
         description="Dense peaks (TFLOP/s) used, by precision (bf16/fp16, fp32, unknown).",

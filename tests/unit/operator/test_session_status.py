@@ -12,6 +12,7 @@ from stepscope_operator.sessions.status import (
 )
 from stepscope_operator.targets.resolving import RankTarget
 
+from stepscope.analysis.model.efficiency_overview import EfficiencyOverview, RankSkippedSteps
 from stepscope.analysis.model.job_summary import Evidence, Finding, JobSummary, Placement, Straggler
 from stepscope.analysis.model.rank_summary import Breakdown, RankSummary, StepRecord
 from stepscope.api.agent import (
@@ -285,3 +286,24 @@ def test_an_undecided_window_says_in_the_status_how_many_steps_would_decide():
     assert summary.to_wire()["stepsToDecide"] == 8
     decided = summary_from_job(_scenario("straggler"))
     assert decided.straggler is not None and decided.steps_to_decide is None
+
+
+def test_mfu_and_skipped_steps_reach_the_status_only_when_measured_and_plausible():
+    job = _scenario("balanced")
+    assert job.efficiency is None or job.efficiency.median_mfu_pct is None
+    unmeasured = summary_from_job(job)
+    assert unmeasured.mfu_pct is None
+
+    skipped = [
+        RankSkippedSteps(rank=0, scaler_steps=6, skipped_count=2),
+        RankSkippedSteps(rank=1, scaler_steps=6, skipped_count=1),
+    ]
+    job.efficiency = EfficiencyOverview(median_mfu_pct=41.23456, skipped_steps=skipped)
+    summary = summary_from_job(job)
+    assert (summary.mfu_pct, summary.skipped_steps) == (41.23, 3)
+    ProfileSessionStatus.model_validate({"summary": summary.to_wire()})
+
+    # A summary is tenant-written: an impossible MFU is left out, never written.
+    for hostile in (float("inf"), float("nan"), -1.0, 1e12):
+        job.efficiency = EfficiencyOverview(median_mfu_pct=hostile)
+        assert summary_from_job(job).mfu_pct is None
