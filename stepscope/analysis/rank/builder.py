@@ -337,7 +337,8 @@ class RankSummaryBuilder:
     ) -> RankSummary:
         self.nesting.flush()
         notes: list[str] = []
-        if IJSON_BACKEND != "yajl2_c":
+        # Only a trace ijson read (by choice, or after the fast path declined it) was slow.
+        if header.parser == "ijson" and IJSON_BACKEND != "yajl2_c":
             notes.append(f"read with the slower ijson backend {IJSON_BACKEND!r} (yajl2_c missing)")
         info = header.distributed_info or {}
         rank_value, rank_origin = resolve_rank(info.get("rank"), rank, notes)

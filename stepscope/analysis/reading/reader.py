@@ -93,6 +93,7 @@ class TraceHeader:
     device_properties: list[dict] = field(default_factory=list)
     extra_keys: list[str] = field(default_factory=list)
     complete: bool = False  # False when trailing keys could not be recovered
+    parser: str = ""  # what read the events: "msgspec", or "ijson" (chosen, or after a decline)
 
 
 class _RecordingReader:
@@ -292,6 +293,7 @@ class TraceReader:
         devices = devices if isinstance(devices, list) else []
         self.header.device_properties = [d for d in devices if isinstance(d, dict)]
         self.header.extra_keys = sorted(k for k in keys if k not in _KNOWN_KEYS)
+        self.header.parser = "ijson" if self.declined or self.parser != FAST_PARSER else FAST_PARSER
 
 
 _KNOWN_KEYS = frozenset(

@@ -129,3 +129,19 @@ def test_a_comma_before_the_end_is_declined_after_any_cut(tmp_path, monkeypatch)
             pass
     assert "a comma before the end" in reader.declined
     assert _outcome(path, "msgspec", monkeypatch) == _outcome(path, "ijson", monkeypatch)
+
+
+def test_the_header_names_the_parser_that_read_the_events(tmp_path):
+    read = tmp_path / "read.json"
+    read.write_bytes(_trace(_op(), _op(ts=3.0)))
+    declined = tmp_path / "declined.json"
+    declined.write_bytes(DECLINED["traceEvents nested in an earlier object"])
+    for path, parser, expected in (
+        (read, "msgspec", "msgspec"),
+        (declined, "msgspec", "ijson"),
+        (read, "ijson", "ijson"),
+    ):
+        reader = TraceReader(path, parser=parser)
+        for _ in reader.events():
+            pass
+        assert reader.header.parser == expected, (path.name, parser)
