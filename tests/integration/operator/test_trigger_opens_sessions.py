@@ -175,3 +175,46 @@ def test_a_slowdown_and_a_stop_open_sessions_within_the_cooldown(
     assert stopped and "no rank has advanced for" in stopped[0]["message"]
     assert "hang threshold 10s" in stopped[0]["message"]
     assert get_session(local_cluster, namespace, hang["metadata"]["name"]) is not None
+
+
+@pytest.mark.parametrize(
+    ("spec", "refusal"),
+    [
+        (
+            {"jobs": {"kind": "pytorchJob", "names": [f"j{i}" for i in range(21)]}},
+            "must have at most 20 items",
+        ),
+        ({"jobs": {"kind": "podSelector", "names": ["a"]}}, "kind podSelector needs podSelector"),
+        (
+            {"jobs": {"kind": "podSelector", "podSelector": {}}},
+            "an empty selector would profile every pod",
+        ),
+        (
+            {"jobs": {"kind": "jobSet", "names": ["a"]}, "intervalSeconds": 1},
+            "intervalSeconds must be between 5 and 3600",
+        ),
+        (
+            {
+                "jobs": {"kind": "jobSet", "names": ["a"]},
+                "sessionTemplate": {"target": {"pytorchJob": "someone-elses"}},
+            },
+            "sessionTemplate.target must be unset",
+        ),
+        (
+            {
+                "jobs": {"kind": "jobSet", "names": ["a"]},
+                "rules": {"stepTimeBand": {"window": 10, "warmupSamples": 50}},
+            },
+            "warmupSamples must not exceed",
+        ),
+    ],
+)
+def test_the_api_server_refuses_a_trigger_past_its_bounds(
+    local_cluster, session_crds, namespace, spec, refusal
+):
+    local_cluster.kubectl(
+        "wait", "--for=condition=Established", "--timeout=60s", "crd/profiletriggers.stepscope.dev"
+    )
+    manifest = {**trigger_manifest(namespace), "spec": spec}
+    result = local_cluster.kubectl("apply", "-f", "-", input=json.dumps(manifest), check=False)
+    assert result.returncode != 0 and refusal in result.stderr, result.stderr
