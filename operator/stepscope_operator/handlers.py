@@ -327,4 +327,4 @@ async def trigger_tick(body: kopf.Body, memo: kopf.Memo, patch: kopf.Patch, **_:
 @kopf.on.delete(GROUP, VERSION, "profiletriggers")
 async def trigger_delete(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """A deleted trigger's watch (its jobs' bands) is forgotten."""
-    memo.triggers.forget(body.metadata.uid)
+    memo.triggers.forget(body.metadata.namespace, body.metadata.uid)

@@ -68,6 +68,7 @@ class TriggerEventReason(StrEnum):
     WATCHING = "Watching"
     INVALID_SPEC = "InvalidSpec"
     SUSPENDED = "Suspended"
+    TOO_MANY_TRIGGERS = "TooManyTriggers"
     JOB_UNREACHABLE = "JobUnreachable"
     COOLING_DOWN = "CoolingDown"
     BUDGET_SPENT = "BudgetSpent"

@@ -37,6 +37,7 @@ from stepscope_operator.triggers.judging import JobJudge
 from stepscope_operator.triggers.ledger import FiringLedger
 from stepscope_operator.triggers.samples import JobSample
 from stepscope_operator.triggers.sampling import sample_job
+from stepscope_operator.triggers.seats import TriggerSeats
 
 PRUNE_EVERY_SECONDS = 60.0
 
@@ -60,6 +61,7 @@ class TriggerBoard:
     """Every trigger's watch, and the one ledger all triggers fire through."""
 
     ledger: FiringLedger = field(default_factory=FiringLedger)
+    seats: TriggerSeats = field(default_factory=TriggerSeats)
     watches: dict[str, TriggerWatch] = field(default_factory=dict)
     pruned_at: float = 0.0
 
@@ -70,8 +72,9 @@ class TriggerBoard:
             watch = self.watches[uid] = TriggerWatch(generation, recalled=recalled)
         return watch
 
-    def forget(self, uid: str) -> None:
+    def forget(self, namespace: str, uid: str) -> None:
         self.watches.pop(uid, None)
+        self.seats.leave(namespace, uid)
 
 
 async def watch_trigger(
@@ -79,8 +82,20 @@ async def watch_trigger(
 ) -> dict[str, Any] | None:
     """Sample and judge the trigger's jobs when due; the status to write, or None."""
     meta = body["metadata"]
-    watch = board.watch_for(meta["uid"], meta.get("generation"))
     status = ProfileTriggerStatus.model_validate(body.get("status") or {})
+    created = meta.get("creationTimestamp") or ""
+    if not board.seats.seated(meta["namespace"], meta["uid"], created):
+        board.watches.pop(meta["uid"], None)
+        if any(c.reason == TriggerEventReason.TOO_MANY_TRIGGERS for c in status.conditions):
+            return None
+        message = (
+            f"namespace {meta['namespace']} has more than {board.seats.limit} ProfileTriggers; "
+            "the oldest are watched, this one waits: delete one, or watch more jobs per trigger"
+        )
+        return _with_ready(
+            ctx, body, status, "False", TriggerEventReason.TOO_MANY_TRIGGERS, message
+        )
+    watch = board.watch_for(meta["uid"], meta.get("generation"))
     try:
         spec = ProfileTriggerSpec.model_validate(body["spec"])
     except ValidationError as exc:

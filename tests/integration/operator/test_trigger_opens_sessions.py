@@ -12,6 +12,7 @@ import json
 
 import pytest
 from stepscope_operator.triggers.opening import REASON_ANNOTATION, TRIGGER_LABEL
+from stepscope_operator.triggers.seats import MAX_TRIGGERS_PER_NAMESPACE
 from support import wait_until
 from support.fleet_helpers import start_fleet
 from support.operator_helpers import (
@@ -218,3 +219,35 @@ def test_the_api_server_refuses_a_trigger_past_its_bounds(
     manifest = {**trigger_manifest(namespace), "spec": spec}
     result = local_cluster.kubectl("apply", "-f", "-", input=json.dumps(manifest), check=False)
     assert result.returncode != 0 and refusal in result.stderr, result.stderr
+
+
+def test_a_namespace_past_its_triggers_waits_with_the_reason(
+    local_cluster, namespace, operator_process
+):
+    local_cluster.kubectl(
+        "wait", "--for=condition=Established", "--timeout=60s", "crd/profiletriggers.stepscope.dev"
+    )
+    names = [f"t{i:02d}" for i in range(MAX_TRIGGERS_PER_NAMESPACE + 1)]
+    for name in names:  # one by one, so the creation times order them
+        manifest = trigger_manifest(namespace)
+        manifest["metadata"]["name"] = name
+        manifest["spec"]["jobs"]["podSelector"]["matchLabels"] = {"app": f"absent-{name}"}
+        local_cluster.kubectl("apply", "-f", "-", input=json.dumps(manifest))
+
+    def ready_reasons() -> dict[str, str]:
+        out = local_cluster.kubectl("get", "profiletriggers", "-n", namespace, "-o", "json")
+        return {
+            t["metadata"]["name"]: c["reason"]
+            for t in json.loads(out.stdout)["items"]
+            for c in (t.get("status") or {}).get("conditions") or []
+            if c["type"] == "Ready"
+        }
+
+    def every_ready() -> dict[str, str] | None:
+        reasons = ready_reasons()
+        return reasons if len(reasons) == len(names) else None
+
+    reasons = wait_until(every_ready, 90, "a Ready condition on every trigger")
+    # No pods match: the seated ones say so; the newest waits for a seat.
+    assert {reasons[n] for n in names[:-1]} == {"JobUnreachable"}, reasons
+    assert reasons[names[-1]] == "TooManyTriggers", reasons
