@@ -56,6 +56,7 @@ from stepscope_operator.storage.retention import (
     sweep_pending_deletes,
 )
 from stepscope_operator.threads import OPERATOR, in_thread
+from stepscope_operator.triggers.seats import TriggerSeats
 from stepscope_operator.triggers.watching import TriggerBoard, watch_trigger
 
 PLURAL = "profilesessions"
@@ -127,7 +128,7 @@ async def configure(
             lambda: session_queue.get(None, ()), Limits.from_settings(operator_settings)
         ),
     )
-    memo.triggers = TriggerBoard()
+    memo.triggers = TriggerBoard(seats=TriggerSeats(operator_settings.max_triggers_per_namespace))
     memo.sweeper = asyncio.create_task(sweep_deleted_sessions(memo.ctx, logger))
     logger.info(
         "stepscope operator: bucket %s, prefix %s, watching %s",

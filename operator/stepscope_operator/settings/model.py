@@ -233,6 +233,15 @@ class OperatorSettings(BaseModel):
         description="Peak bandwidth per GPU each way between nodes (the NIC per GPU), GB/s; "
         "unset: the figure of the GPU model's reference system in the peak table.",
     )
+    max_triggers_per_namespace: int = Field(
+        10,
+        ge=1,
+        le=1000,
+        description="ProfileTriggers watched per namespace, the oldest first; a newer one "
+        "waits with Ready False TooManyTriggers. Each costs pod lists and agent calls every "
+        "interval (about 10 ms of operator CPU per job sample), and a tenant may create any "
+        "number: ten triggers of 20 jobs are 200 jobs of one namespace.",
+    )
     max_concurrent_sessions: int = Field(
         16,
         ge=1,

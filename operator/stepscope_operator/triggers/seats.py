@@ -10,8 +10,9 @@ so a look at a seat is a set lookup.
 
 from __future__ import annotations
 
-# Ten triggers of 20 jobs are 200 jobs of one namespace: past what one team runs at once,
-# and about a fifth of a core at the shortest interval (docs/contributing/benchmarks.md).
+# The default of the operator setting max_triggers_per_namespace: ten triggers of 20 jobs are
+# 200 jobs of one namespace, past what one team runs at once, and about a fifth of a core at
+# the shortest interval (docs/contributing/benchmarks.md).
 MAX_TRIGGERS_PER_NAMESPACE = 10
 
 
