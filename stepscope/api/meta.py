@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, StrictStr
 
@@ -133,4 +133,18 @@ class Condition(ApiModel):
             "Observed state. Why status has its value, in words for people; clipped to 512 "
             "characters, ending in an ellipsis. Default: empty."
         ),
+    )
+
+
+def conditions_field() -> Any:
+    """A status's `conditions`: at most MAX_CONDITIONS, one per type, merged by type on the
+    server (a list-map, as Kubernetes API conventions ask)."""
+    return Field(
+        default_factory=list,
+        max_length=MAX_CONDITIONS,
+        description="Observed state. Standard conditions, one per type.",
+        json_schema_extra={
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["type"],
+        },
     )

@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, StrictBool, StrictFloat, StrictInt, StrictStr
 
 from stepscope.api.base import ApiModel
-from stepscope.api.meta import MAX_CONDITIONS, Condition
+from stepscope.api.meta import Condition, conditions_field
 from stepscope.api.phases import Phase
 from stepscope.api.rules import (
     CRON_MAX_LENGTH,
@@ -271,15 +271,7 @@ class ProfileScheduleStatus(ApiModel):
     last_regression: RegressionRecord | None = Field(
         None, description="Observed state. The last regression found, if any."
     )
-    conditions: list[Condition] = Field(
-        default_factory=list,
-        max_length=MAX_CONDITIONS,
-        description="Observed state. Standard conditions, one per type.",
-        json_schema_extra={
-            "x-kubernetes-list-type": "map",
-            "x-kubernetes-list-map-keys": ["type"],
-        },
-    )
+    conditions: list[Condition] = conditions_field()
 
 
 class ProfileSchedule(ApiModel):

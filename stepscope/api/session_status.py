@@ -17,7 +17,7 @@ from pydantic import Field, model_validator
 
 from stepscope.api.base import ApiModel
 from stepscope.api.hang_status import HangDiagnosis
-from stepscope.api.meta import MAX_CONDITIONS, POD_NAME_MAX_LENGTH, Condition
+from stepscope.api.meta import POD_NAME_MAX_LENGTH, Condition, conditions_field
 from stepscope.api.phases import Phase
 from stepscope.api.text import BoundedText
 from stepscope.api.verdict import BaselineComparison, Summary
@@ -235,15 +235,7 @@ class ProfileSessionStatus(ApiModel):
     observed_generation: int | None = Field(
         None, ge=0, description="Observed state. The metadata.generation this status reflects."
     )
-    conditions: list[Condition] = Field(
-        default_factory=list,
-        max_length=MAX_CONDITIONS,
-        description="Observed state. Standard conditions, one per type.",
-        json_schema_extra={
-            "x-kubernetes-list-type": "map",
-            "x-kubernetes-list-map-keys": ["type"],
-        },
-    )
+    conditions: list[Condition] = conditions_field()
     target: BoundedText(TARGET_MAX_LENGTH) | None = Field(
         None,
         description="Observed state. The resolved target as kind/name, for the Target column.",

@@ -26,7 +26,12 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, StrictBool, StrictFloat, StrictInt, StrictStr
 
 from stepscope.api.base import ApiModel
-from stepscope.api.meta import MAX_CONDITIONS, POD_NAME_MAX_LENGTH, Condition, LabelSelector
+from stepscope.api.meta import (
+    POD_NAME_MAX_LENGTH,
+    Condition,
+    LabelSelector,
+    conditions_field,
+)
 from stepscope.api.rules import CelRule, in_range, object_name
 from stepscope.api.session import API_VERSION, ProfileSessionSpec, TargetKind, TargetSpec
 from stepscope.api.text import BoundedText
@@ -446,15 +451,7 @@ class ProfileTriggerStatus(ApiModel):
     last_fired: TriggerFiring | None = Field(
         None, description="Observed state. The last session the trigger opened."
     )
-    conditions: list[Condition] = Field(
-        default_factory=list,
-        max_length=MAX_CONDITIONS,
-        description="Observed state. Standard conditions, one per type.",
-        json_schema_extra={
-            "x-kubernetes-list-type": "map",
-            "x-kubernetes-list-map-keys": ["type"],
-        },
-    )
+    conditions: list[Condition] = conditions_field()
 
 
 class ProfileTrigger(ApiModel):

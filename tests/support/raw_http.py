@@ -3,7 +3,9 @@ head without its body, a head a byte at a time) and see what the server sent bef
 
 from __future__ import annotations
 
+import select
 import socket
+import time
 
 
 def request_head(method: str, path: str, headers: dict[str, str]) -> bytes:
@@ -26,3 +28,19 @@ def reply_status(sock: socket.socket, wait_s: float) -> tuple[int | None, bytes]
         pass
     status = reply.split(b" ", 2)[1] if reply.startswith(b"HTTP/") else None
     return (int(status) if status else None), reply
+
+
+def trickle(sock: socket.socket, data: bytes, give_up_s: float) -> float:
+    """Send `data` a byte at a time until the server answers or closes (or `give_up_s`
+    passes); the seconds it took, which a header timeout should bound."""
+    opened = time.monotonic()
+    for byte in data:
+        if time.monotonic() - opened > give_up_s:
+            break
+        try:
+            sock.send(bytes([byte]))
+        except (BrokenPipeError, ConnectionResetError):
+            break
+        if select.select([sock], [], [], 0.05)[0]:  # the server answered or closed
+            break
+    return time.monotonic() - opened

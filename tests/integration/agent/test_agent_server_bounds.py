@@ -14,7 +14,7 @@ from stepscope_agent.bounded_http import MAX_CONNECTIONS_RECEIVING_HEADS
 from stepscope_agent.http_api import CAPTURE_REQUEST_MAX_BYTES
 from stepscope_agent.sidecar_settings import BODY_TIMEOUT_ENV, HEADER_TIMEOUT_ENV
 from support.operator_helpers import AGENT_KEYRING
-from support.raw_http import reply_status, request_head
+from support.raw_http import reply_status, request_head, trickle
 
 from stepscope.api.agent import CAPTURES_PATH, STATUS_PATH
 
@@ -87,19 +87,9 @@ def test_a_body_that_does_not_arrive_is_cut_off_after_the_body_timeout(pod):
 
 
 def test_headers_sent_a_byte_at_a_time_are_cut_off_after_the_header_timeout(pod):
-    trickle = request_head("GET", STATUS_PATH, {"X-Slow": "a" * 200})
+    head = request_head("GET", STATUS_PATH, {"X-Slow": "a" * 200})
     with connect(pod) as sock:
-        opened = time.monotonic()
-        for byte in trickle:
-            if time.monotonic() - opened > 3 * TIMEOUT_S:
-                break
-            try:
-                sock.send(bytes([byte]))
-            except (BrokenPipeError, ConnectionResetError):
-                break
-            if select.select([sock], [], [], 0.05)[0]:  # the server answered or closed
-                break
-        cut_off = time.monotonic() - opened
+        cut_off = trickle(sock, head, give_up_s=3 * TIMEOUT_S)
         status, reply = reply_status(sock, wait_s=TIMEOUT_S)
     # However steadily the bytes come, the head had TIMEOUT_S from the accept to be complete.
     assert TIMEOUT_S * 0.9 <= cut_off < 3 * TIMEOUT_S, f"still open after {cut_off:.1f}s"

@@ -6,7 +6,6 @@ what hostile trainers report leaves the reply bounded and parseable."""
 from __future__ import annotations
 
 import json
-import select
 import socket
 import threading
 import time
@@ -25,7 +24,7 @@ from stepscope_agent.step_metrics import (
     SINCE_LAST_STEP,
 )
 from stepscope_agent.step_totals import BUCKET_COUNT
-from support.raw_http import reply_status, request_head
+from support.raw_http import reply_status, request_head, trickle
 
 from stepscope.api.agent import STATUS_PATH
 
@@ -75,19 +74,9 @@ def test_an_oversized_scrape_head_is_refused(pod):
 
 
 def test_a_trickled_scrape_is_cut_off_after_the_header_timeout(pod):
-    trickle = request_head("GET", METRICS_PATH, {"X-Slow": "a" * 200})
+    head = request_head("GET", METRICS_PATH, {"X-Slow": "a" * 200})
     with connect(pod) as sock:
-        opened = time.monotonic()
-        for byte in trickle:
-            if time.monotonic() - opened > 3 * TIMEOUT_S:
-                break
-            try:
-                sock.send(bytes([byte]))
-            except (BrokenPipeError, ConnectionResetError):
-                break
-            if select.select([sock], [], [], 0.05)[0]:  # the server answered or closed
-                break
-        cut_off = time.monotonic() - opened
+        cut_off = trickle(sock, head, give_up_s=3 * TIMEOUT_S)
         status, reply = reply_status(sock, wait_s=TIMEOUT_S)
     assert TIMEOUT_S * 0.9 <= cut_off < 3 * TIMEOUT_S, f"still open after {cut_off:.1f}s"
     assert status in (408, None), reply

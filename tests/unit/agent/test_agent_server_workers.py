@@ -9,11 +9,9 @@ import time
 
 import pytest
 from stepscope_agent.bounded_http import MAX_QUEUED_REQUESTS, WORKER_THREADS
-from stepscope_agent.call_auth import CallVerifier, parse_trusted_keys
-from stepscope_agent.grant_endpoint import StorageEndpoint
 from stepscope_agent.http_api import AgentHttpServer
-from stepscope_agent.sidecar_settings import SidecarSettings
-from support import free_port, wait_until
+from support import wait_until
+from support.agent_http import serving_agent
 from support.operator_helpers import AGENT_KEYRING
 from support.raw_http import reply_status, request_head
 
@@ -36,30 +34,9 @@ class BlockedAgent:
 @pytest.fixture
 def served(tmp_path):
     agent = BlockedAgent()
-    config = SidecarSettings(
-        agent_dir=tmp_path,
-        host="127.0.0.1",
-        port=free_port(),
-        trusted_keys=AGENT_KEYRING.trusted_keys_text(),
-        storage_endpoint=StorageEndpoint.parse("http://127.0.0.1:9"),
-        pod="w-0",
-        namespace="team-a",
-        pod_uid="u-0",
-    )
-    # Started a second ago, so calls signed in this second are not taken for older ones.
-    verifier = CallVerifier(
-        parse_trusted_keys(config.trusted_keys), "team-a", "w-0", "u-0", started_at=time.time() - 1
-    )
-    server = AgentHttpServer(agent, config, verifier)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    last_worker = f"agent-http-{WORKER_THREADS - 1}"
-    wait_until(
-        lambda: any(t.name == last_worker for t in threading.enumerate()), 5, "the workers", 0.01
-    )
-    yield agent, server
-    agent.release.set()
-    server.shutdown()
-    server.server_close()
+    with serving_agent(agent, tmp_path) as server:
+        yield agent, server
+        agent.release.set()
 
 
 def status_call(server: AgentHttpServer) -> socket.socket:

@@ -10,11 +10,8 @@ import time
 
 import pytest
 from stepscope_agent.bounded_http import WORKER_THREADS
-from stepscope_agent.call_auth import CallVerifier, parse_trusted_keys
-from stepscope_agent.grant_endpoint import StorageEndpoint
 from stepscope_agent.http_api import MAX_CONCURRENT_SCRAPES, METRICS_PATH, AgentHttpServer
-from stepscope_agent.sidecar_settings import SidecarSettings
-from support import free_port, wait_until
+from support.agent_http import serving_agent
 from support.operator_helpers import AGENT_KEYRING
 from support.raw_http import reply_status, request_head
 
@@ -40,29 +37,9 @@ class HeldScrapes:
 @pytest.fixture
 def served(tmp_path):
     agent = HeldScrapes()
-    config = SidecarSettings(
-        agent_dir=tmp_path,
-        host="127.0.0.1",
-        port=free_port(),
-        trusted_keys=AGENT_KEYRING.trusted_keys_text(),
-        storage_endpoint=StorageEndpoint.parse("http://127.0.0.1:9"),
-        pod="w-0",
-        namespace="team-a",
-        pod_uid="u-0",
-    )
-    verifier = CallVerifier(
-        parse_trusted_keys(config.trusted_keys), "team-a", "w-0", "u-0", started_at=time.time() - 1
-    )
-    server = AgentHttpServer(agent, config, verifier)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    last_worker = f"agent-http-{WORKER_THREADS - 1}"
-    wait_until(
-        lambda: any(t.name == last_worker for t in threading.enumerate()), 5, "the workers", 0.01
-    )
-    yield agent, server
-    agent.release.set()
-    server.shutdown()
-    server.server_close()
+    with serving_agent(agent, tmp_path) as server:
+        yield agent, server
+        agent.release.set()
 
 
 def send(server: AgentHttpServer, path: str, headers: dict[str, str]) -> socket.socket:
