@@ -17,7 +17,8 @@ Per tier it checks:
 * ops: the same counters on the trace summary, GPU kernels in ``gpu[]``, a tensor-core
   share above 0 (bf16 matmuls), and the launch check made (``unlaunched_gpu``);
 * full: all of that, plus ``[memory]`` events read against ``totalGlobalMem``, with the
-  step of the peak inside the window and the op around it.
+  step of the peak inside the window and the op around it, and the peak's composition
+  (parameters held from before the window, every byte accounted for).
 
 Exit status: 0 when every check passes, 1 when one fails (each is printed), 77 when the
 machine has no usable GPU (the reason is printed); ``--out DIR`` keeps the artifacts and a
@@ -164,8 +165,22 @@ def problems(tier, summary) -> list[str]:
             found.append(f"full: peak step {memory.peak_allocated_step} not in {list(window)}")
         if memory.peak_allocated_op is None:
             found.append("full: no op named at the memory peak")
+        found.extend(_composition_problems(memory.composition))
     elif memory.allocation_event_count:
         found.append(f"{tier.value}: [memory] events outside the full tier")
+    return found
+
+
+def _composition_problems(composition) -> list[str]:
+    """The peak's parts: the model's parameters are held from before the window on the
+    GPU, and the caching allocator's totals agree with its own events."""
+    if composition is None:
+        return ["full: the memory peak's composition was not measured"]
+    found = []
+    if not composition.held_bytes:
+        found.append("full: no bytes held from before the window (parameters are)")
+    if abs(composition.unexplained_bytes) > 0.01 * composition.peak_bytes:
+        found.append(f"full: {composition.unexplained_bytes} bytes of the peak unexplained")
     return found
 
 

@@ -14,6 +14,7 @@ from pydantic import Field, model_validator
 
 from stepscope.api.base import ApiModel
 from stepscope.api.gpu_status import GpuCounters
+from stepscope.api.memory_status import MemoryPeak
 from stepscope.api.meta import POD_NAME_MAX_LENGTH
 from stepscope.api.text import BoundedText
 
@@ -199,6 +200,13 @@ class Summary(ApiModel):
             "Observed state. Model FLOPs utilisation: the median over ranks of each rank's "
             "median step, percent of the GPU's dense peak for the dtype; unset when not "
             "measured (the ops tier records no shapes, or the GPU is not in the peak table)."
+        ),
+    )
+    memory: MemoryPeak | None = Field(
+        None,
+        description=(
+            "Observed state. The largest allocated peak over the ranks and what it is made "
+            "of; unset when no trace recorded memory events (the full tier records them)."
         ),
     )
     skipped_steps: int | None = Field(

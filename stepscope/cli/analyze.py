@@ -15,6 +15,7 @@ import re
 import sys
 from pathlib import Path
 
+from stepscope.analysis.findings.memory_advice import composition_sentence
 from stepscope.analysis.merging.merge import MergeError, merge_ranks, split_into_jobs
 from stepscope.analysis.model.fabric import MAX_RANKS_PER_NODE, FabricOptions, parse_link_peaks
 from stepscope.analysis.model.job_summary import JobSummary
@@ -107,7 +108,17 @@ def verdict_lines(job: JobSummary) -> list[str]:
             f"aligned on {job.alignment.matched_collectives} collectives, residual "
             f"median {job.alignment.residual_median_abs_us:.0f} us"
         )
+    lines.extend(memory_lines(job))
     return lines
+
+
+def memory_lines(job: JobSummary) -> list[str]:
+    """The largest allocated peak and what it is made of, when a trace said so."""
+    composed = [(s.rank, s.memory.composition) for s in job.ranks if s.memory.composition]
+    if not composed:
+        return []
+    rank, composition = max(composed, key=lambda row: (row[1].peak_bytes, -row[0]))
+    return [f"memory: rank {rank}: {composition_sentence(composition)}"]
 
 
 def finding_lines(job: JobSummary) -> list[str]:

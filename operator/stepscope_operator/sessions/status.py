@@ -19,6 +19,7 @@ from stepscope.analysis.model.job_summary import JobSummary
 from stepscope.analysis.rank.step_timings import is_step_timings
 from stepscope.api.agent import CaptureFailure, CaptureState, CaptureSummary, RankCaptureStatus
 from stepscope.api.gpu_status import gpu_counters_status
+from stepscope.api.memory_status import memory_peak_status
 from stepscope.api.meta import CONDITION_MESSAGE_MAX_LENGTH, Condition
 from stepscope.api.phases import Phase, Reason
 from stepscope.api.session_status import TERMINAL_PHASES, RankFailure, RankRef, RanksStatus
@@ -234,6 +235,7 @@ def summary_from_job(job: JobSummary, unprofiled_step_ms: float | None = None) -
         **_bottleneck(job, timings_only),
         findings=_findings(job),
         gpu=gpu_counters_status(job.counters),
+        memory=memory_peak_status(job),
         **_efficiency(job),
     )
 

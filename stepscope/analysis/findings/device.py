@@ -6,7 +6,9 @@
   ``NEAR_CAPACITY_PCT`` a step that allocates a little more than this one (a longer
   sequence, a larger last batch, the allocator rounding a block up) fails; from
   ``TIGHT_CAPACITY_PCT`` it is worth knowing. Fragmentation (reserved but never allocated
-  at once) above ``FRAGMENTED_PCT`` of the reserve changes the advice.
+  at once) above ``FRAGMENTED_PCT`` of the reserve changes the advice. Where the trace
+  says what the allocated peak is made of, the evidence gives the parts and the advice
+  what each change would free (``memory_advice``).
 * **The GPU starves while the step waits for data.** The median rank's data wait is at
   least ``INPUT_SHARE_PCT`` of the step and its GPUs' SM utilisation averages below
   ``LOW_SM_UTIL_PCT``: the counters confirm the device sits idle meanwhile.
@@ -18,6 +20,11 @@
 
 from __future__ import annotations
 
+from stepscope.analysis.findings.memory_advice import (
+    composition_numbers,
+    composition_sentence,
+    freeing_advice,
+)
 from stepscope.analysis.findings.scale import (
     confidence_for,
     median,
@@ -63,11 +70,18 @@ def out_of_memory_risk(job: JobSummary) -> Finding | None:
     if memory.fragmentation_pct is not None:
         parts.append(f"{memory.fragmentation_pct:.0f}% of the reserve was never in use at once")
         numbers["fragmentation_pct"] = memory.fragmentation_pct
+    composition = memory.composition
+    if composition is not None:
+        parts.append(composition_sentence(composition))
+        numbers.update(composition_numbers(composition))
     others = sorted(r for r in risky if r != worst)
     if others:
         parts.append(f"{_ranks_phrase(others).lower()} also above {TIGHT_CAPACITY_PCT:.0f}%")
+    freeing = freeing_advice(composition, job.world_size) if composition is not None else []
     advice = (
-        "Leave headroom: a smaller micro-batch with gradient accumulation, activation "
+        "Leave headroom: " + "; ".join(freeing) + "."
+        if freeing
+        else "Leave headroom: a smaller micro-batch with gradient accumulation, activation "
         "checkpointing, bf16 activations, or sharding optimizer state (ZeRO/FSDP)."
     )
     if fragmented:

@@ -14,7 +14,8 @@ temporal breakdown does. Later: ``MemoryStats`` says the device's capacity and w
 its peaks happen; ``unlaunched_gpu`` counts GPU activity without a CPU-side launch;
 ``counters`` carries NVML counter statistics (all optional). Later still:
 ``launch_kinds`` (CUDA graphs, driver launches, syncs), ``utilization`` (MFU per step)
-and ``loss_scaling`` (steps a gradient scaler skipped), all optional.
+and ``loss_scaling`` (steps a gradient scaler skipped), all optional; then
+``MemoryStats.composition`` (the allocated peak by the phase that made it), optional.
 
 Units: durations are milliseconds (``*_ms``); timestamps are microseconds in the
 trace's own clock (``*_us``), exactly as Kineto wrote them, so ranks are aligned
@@ -278,6 +279,34 @@ class CollectiveStat(_Model):
     max_ms: float = 0.0
 
 
+class MemoryComposition(_Model):
+    """The allocated peak of the fullest device by the phase that allocated each live byte
+    (``reading.memory_composition`` states the phases). ``unexplained_bytes`` is the peak's
+    ``Total Allocated`` less the labelled bytes: zero when the trace holds every event."""
+
+    peak_bytes: int = Field(ge=0)
+    step: int | None = Field(None, description="Step holding the peak.")
+    phase: Literal["forward", "backward", "optimizer", "other"] | None = Field(
+        None, description="Phase of the step the peak falls in."
+    )
+    held_bytes: int | None = Field(
+        None,
+        ge=0,
+        description=(
+            "Alive since before the window: parameters, optimizer state, buffers. None on CPU "
+            "traces, whose totals count only what was allocated while profiling."
+        ),
+    )
+    forward_bytes: int = Field(0, ge=0, description="From forward: saved activations, outputs.")
+    backward_bytes: int = Field(0, ge=0, description="From backward: gradients, temporaries.")
+    optimizer_bytes: int = Field(0, ge=0, description="From the optimizer's step.")
+    other_bytes: int = Field(0, ge=0, description="Outside a step, or after its optimizer.")
+    unexplained_bytes: int = 0
+
+    def share_pct(self, part_bytes: int) -> float:
+        return _percent(part_bytes, self.peak_bytes) if self.peak_bytes else 0.0
+
+
 class MemoryStats(_Model):
     """From ``[memory]`` instant events (recorded with ``profile_memory=True``) and the
     trace's ``deviceProperties``; ``memory_peaks`` says how each is found.
@@ -304,6 +333,9 @@ class MemoryStats(_Model):
     peak_reserved_op: Name | None = None
     ops_indexed: bool = Field(
         False, description="Whether CPU ops were indexed, so the ops at the peaks could be found."
+    )
+    composition: MemoryComposition | None = Field(
+        None, description="The fullest device's allocated peak by phase; None: not measured."
     )
 
     @computed_field

@@ -174,7 +174,7 @@ class RankSummaryBuilder:
         if dur < SHORT_OP_US:
             self.short_ops += 1
         if self.memory.ops is not None:
-            self.memory.ops.add(tid, name, start, dur)
+            self.memory.add_op(tid, name, start, dur)
         if self.nesting.push(tid, name, start, dur):
             self.intervals.add(("ops", tid), start, start + dur)
             self.op_time_by_thread[tid] += dur
@@ -204,6 +204,9 @@ class RankSummaryBuilder:
             self._data_loading(event)
         elif role is _OPTIMIZER:
             self.scaler_marks.add_optimizer_step(event.ts)
+            if self.memory.phases is not None:
+                # torch.optim records its step as an annotation: a phase of the step.
+                self.memory.phases.add(event[1], event.ts, event.dur)
 
     def _cpu_comm(self, event: TraceEvent) -> None:
         name, args, start, end = event.name, event.args, event.ts, event.ts + event.dur
@@ -397,9 +400,7 @@ class RankSummaryBuilder:
             collective_bandwidth=self.bandwidth.build(
                 header.distributed_info, len(header.device_properties)
             ),
-            memory=self.memory.stats(
-                self._gpu_mode, header.device_properties, step_lookup(windows), step_count
-            ),
+            memory=self.memory.stats(self._gpu_mode, header.device_properties, windows, step_count),
             unlaunched_gpu=unlaunched,
             host=HostStats(
                 launch_count=self.launches,

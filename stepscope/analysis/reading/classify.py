@@ -291,11 +291,18 @@ SCALER_OPS = frozenset(
     {"aten::_amp_foreach_non_finite_check_and_unscale_", "aten::_amp_update_scale_"}
 )
 OPTIMIZER_STEP_PREFIX = "Optimizer.step#"
+# The autograd engine records one such op per backward node it runs.
+BACKWARD_OP_PREFIX = "autograd::engine::evaluate_function: "
 
 
 def is_optimizer_step(name: str) -> bool:
     """The ``Optimizer.step#<Class>.step`` range torch.optim records around each step."""
     return name.startswith(OPTIMIZER_STEP_PREFIX)
+
+
+def is_backward_op(name: str) -> bool:
+    """An op the autograd engine runs for one backward node (``...: AddmmBackward0``)."""
+    return name.startswith(BACKWARD_OP_PREFIX)
 
 
 # --- collective names -----------------------------------------------------------

@@ -14,7 +14,8 @@ allocating thread around it. Kineto writes all ``[memory]`` events after the CPU
 the op cannot be read off a stack while streaming; instead, when the trace's header says
 ``profile_memory``, CPU ops are indexed as they pass (start, end and a name id, 20 bytes
 each, at most ``MAX_INDEXED_OPS``) and the peaks are looked up at the end. Traces without
-memory profiling pay nothing.
+memory profiling pay nothing. The same ops mark each step's phases, and the events are
+kept (``memory_composition``) to say what the allocated peak is made of.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from stepscope.analysis.model.rank_summary import MemoryStats
+from stepscope.analysis.reading.memory_composition import AllocationLog, PhaseMarks
+from stepscope.analysis.reading.step_windows import StepSpan, step_lookup
 
 # 20 MB of index at most; a full-tier window is a few steps, far below this.
 MAX_INDEXED_OPS = 1_000_000
@@ -95,11 +98,19 @@ class MemoryPeaks:
         self.events = 0
         self._devices: dict[tuple[str, int], _DevicePeaks] = {}
         self.ops: OpIndex | None = None
+        self.phases: PhaseMarks | None = None
+        self.allocations = AllocationLog()
 
     def index_ops(self) -> None:
         """Index CPU ops from here on (the trace says memory was profiled)."""
         if self.ops is None:
             self.ops = OpIndex()
+            self.phases = PhaseMarks()
+
+    def add_op(self, tid: object, name: str, start: float, dur: float) -> None:
+        """A CPU op, once ``index_ops`` was called."""
+        self.ops.add(tid, name, start, dur)
+        self.phases.add(name, start, dur)
 
     def add(self, args: dict | None, ts: float, tid: object) -> None:
         args = args or {}
@@ -114,12 +125,15 @@ class MemoryPeaks:
             peaks = self._devices[(kind, device)] = _DevicePeaks()
         _raise(peaks.allocated, args.get("Total Allocated"), ts, tid)
         _raise(peaks.reserved, args.get("Total Reserved"), ts, tid)
+        self.allocations.add(
+            (kind, device), ts, args.get("Addr"), args.get("Bytes"), args.get("Total Allocated")
+        )
 
     def stats(
         self,
         gpu_mode: bool,
         device_properties: list[dict],
-        step_of: Callable[[float], int | None],
+        windows: list[StepSpan],
         step_count: int,
     ) -> MemoryStats:
         kind = _GPU if gpu_mode else _CPU
@@ -133,6 +147,7 @@ class MemoryPeaks:
         capacities = _capacities(device_properties) if kind == _GPU else {}
         device = max(devices, key=lambda d: _fill(devices[d], capacities.get(d)))
         peaks = devices[device]
+        step_of = step_lookup(windows)
         allocated = max(p.allocated.bytes for p in devices.values())
         reserved = max(p.reserved.bytes for p in devices.values())
         return stats.model_copy(
@@ -148,6 +163,9 @@ class MemoryPeaks:
                 "peak_reserved_step": _step(peaks.reserved, step_of),
                 "peak_reserved_op": self._op(peaks.reserved),
                 "ops_indexed": self.ops is not None and not self.ops.full,
+                "composition": self.allocations.composition(
+                    (kind, device), self.phases, windows, holds_earlier=kind == _GPU
+                ),
             }
         )
 

@@ -29,6 +29,7 @@ from stepscope.analysis.reports.counters import gpu_section
 from stepscope.analysis.reports.distributions import distributions
 from stepscope.analysis.reports.efficiency import efficiency_section
 from stepscope.analysis.reports.heatmaps import binning_note, heatmap
+from stepscope.analysis.reports.memory import memory_section
 from stepscope.analysis.reports.origin import ReportOrigin, origin_facts, report_title
 from stepscope.analysis.reports.perfetto import perfetto_section
 from stepscope.analysis.reports.plots import breakdown_per_rank, step_times
@@ -190,6 +191,7 @@ SECTIONS: list[Section] = [
     Section("ranks", "Ranks", rank_detail),
     Section("details", "Details", _details),
     Section("gpu", "GPU counters and memory", lambda c: gpu_section(c.job) or None),
+    Section("memory", "What the memory peak is made of", lambda c: memory_section(c.job)),
     Section("efficiency", "MFU, skipped steps and launches", lambda c: efficiency_section(c.job)),
     Section("notes", "Notes", _notes),
 ]
