@@ -280,3 +280,15 @@ def saved_activation_bytes(model: torch.nn.Module, batch: torch.Tensor) -> int:
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
         model(batch).square().mean()
     return sum(saved.values())
+
+
+def test_a_summary_claiming_an_impossible_peak_stays_out_of_status(near_capacity):
+    summary = summarize_rank(near_capacity)
+    lying = summary.memory.composition.model_copy(
+        update={"peak_bytes": 2**60, "held_bytes": 2**60, "forward_bytes": 0, "backward_bytes": 0}
+    )
+    forged = summary.model_copy(
+        update={"memory": summary.memory.model_copy(update={"composition": lying})}
+    )
+    assert memory_peak_status(merge_ranks([forged])) is None
+    assert memory_peak_status(merge_ranks([summary])).peak_mib == 36 * 1024
