@@ -14,11 +14,20 @@ end. Each N prints one JSON line:
 * ``cpu_ms_per_job_sample``: the same per sample of one job (one pod list, two agent calls,
   the judgement and a status write);
 * ``rss_mib`` and ``peak_rss_mib``: VmRSS at the end and VmHWM;
-* ``load_average``: the 1-minute load average at the start and the end of the window.
+* ``load_average``: the 1-minute load average at the start and the end of the window;
+* ``sessions_opened`` and ``false_firings_per_job_hour``: the sessions the triggers opened
+  by themselves, over the job-hours watched from the first answer to the end. Every job is
+  healthy (its trainers step every ``--step-s`` seconds give or take 10%, on ranks that
+  never lag), so every session opened is a false trigger; ``reasons`` counts them by rule.
 
 The last line has the ratios against the smallest N: jobs, CPU per minute and memory.
 
     python bench/bench_trigger_watch.py [--jobs 10,30,100] [--interval 10] [--minutes 1]
+        [--step-s 0.2]
+
+The operator watches every trigger of the namespace here
+(``STEPSCOPE_MAX_TRIGGERS_PER_NAMESPACE`` is set to N): a platform team watching that many
+jobs in one namespace raises it the same way.
 """
 
 from __future__ import annotations
@@ -39,6 +48,7 @@ from stepscope_dev.cluster import start_cluster, stop_cluster
 from stepscope_dev.net import free_port
 from stepscope_dev.operator_process import REPO_ROOT, OperatorProcess, operator_env
 from stepscope_operator.agents.signing import AgentKeyring
+from stepscope_operator.triggers.opening import REASON_ANNOTATION, TRIGGER_LABEL
 
 # The operator signs its agent calls with this keyring; the fleet trusts its public keys.
 KEYRING = AgentKeyring.generate()
@@ -78,6 +88,18 @@ def all_answered(custom: k8s.CustomObjectsApi, namespace: str, jobs: int) -> boo
     return sum((t.get("status") or {}).get("jobsWatched") == 1 for t in items) == jobs
 
 
+def firing_reasons(custom: k8s.CustomObjectsApi, namespace: str) -> dict[str, int]:
+    """The sessions the triggers opened by themselves, counted by the rule that fired."""
+    sessions = custom.list_namespaced_custom_object(
+        "stepscope.dev", "v1alpha1", namespace, "profilesessions", label_selector=TRIGGER_LABEL
+    )["items"]
+    reasons: dict[str, int] = {}
+    for session in sessions:
+        reason = (session["metadata"].get("annotations") or {}).get(REASON_ANNOTATION, "unknown")
+        reasons[reason] = reasons.get(reason, 0) + 1
+    return reasons
+
+
 def run_one(cluster, api: k8s.ApiClient, jobs: int, args, root: Path) -> dict:
     core, custom = k8s.CoreV1Api(api), k8s.CustomObjectsApi(api)
     namespace = f"watch-{jobs}"
@@ -88,14 +110,19 @@ def run_one(cluster, api: k8s.ApiClient, jobs: int, args, root: Path) -> dict:
         free_port(),
         KEYRING.trusted_keys_text(),
         cluster.s3_endpoint,
-        step_s=0.2,
+        step_s=args.step_s,
     )
     for job in range(jobs):
         names = [f"job-{job}-{pod}" for pod in range(PODS_PER_JOB)]
         fleet.add_pods(core, names, RANKS_PER_POD, job=f"job-{job}")
     fleet.start()
     operator = OperatorProcess(
-        operator_env(cluster, KEYRING, STEPSCOPE_AGENT_PORT=str(fleet.port)),
+        operator_env(
+            cluster,
+            KEYRING,
+            STEPSCOPE_AGENT_PORT=str(fleet.port),
+            STEPSCOPE_MAX_TRIGGERS_PER_NAMESPACE=str(jobs),
+        ),
         root / f"operator-{jobs}.log",
         die_with_parent=True,
     )
@@ -114,6 +141,7 @@ def run_one(cluster, api: k8s.ApiClient, jobs: int, args, root: Path) -> dict:
             if time.monotonic() > deadline:
                 raise SystemExit(f"{jobs} jobs: not every trigger answered within 10 minutes")
             time.sleep(2)
+        answered = time.monotonic()
         pid = operator.pid
         assert pid is not None
         load_start = os.getloadavg()[0]
@@ -122,6 +150,8 @@ def run_one(cluster, api: k8s.ApiClient, jobs: int, args, root: Path) -> dict:
         cpu = cpu_seconds(pid) - cpu_start
         minutes = (time.monotonic() - started) / 60
         samples = jobs * minutes * 60 / args.interval
+        reasons = firing_reasons(custom, namespace)
+        watched_hours = (time.monotonic() - answered) / 3600
         return {
             "jobs": jobs,
             "ranks": jobs * PODS_PER_JOB * RANKS_PER_POD,
@@ -131,6 +161,10 @@ def run_one(cluster, api: k8s.ApiClient, jobs: int, args, root: Path) -> dict:
             "rss_mib": memory_mib(pid, "VmRSS"),
             "peak_rss_mib": memory_mib(pid, "VmHWM"),
             "load_average": [round(load_start, 2), round(os.getloadavg()[0], 2)],
+            "sessions_opened": sum(reasons.values()),
+            "false_firings_per_job_hour": round(sum(reasons.values()) / (jobs * watched_hours), 4),
+            "job_hours_watched": round(jobs * watched_hours, 2),
+            "reasons": reasons,
         }
     finally:
         operator.stop()
@@ -143,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", default="10,30,100", help="comma-separated job counts")
     parser.add_argument("--interval", type=int, default=10, help="spec.intervalSeconds")
     parser.add_argument("--minutes", type=float, default=1.0, help="measured minutes per N")
+    parser.add_argument("--step-s", type=float, default=0.2, help="the fleet's step time, s")
     args = parser.parse_args(argv)
     sizes = [int(n) for n in args.jobs.split(",")]
     with tempfile.TemporaryDirectory(prefix="stepscope-trigger-") as tmp:

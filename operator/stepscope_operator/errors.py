@@ -9,6 +9,8 @@ type and message, instead of retrying until it gives up with no cause in sight.
 
 from __future__ import annotations
 
+import json
+
 import aiohttp
 import urllib3.exceptions
 from botocore.exceptions import ClientError, HTTPClientError
@@ -20,6 +22,8 @@ from stepscope.api.text import clip_text
 # The exception's own message, at most this long; the rest of the status line names
 # the phase and the type, and the whole is clipped again by the condition's bound.
 EXCEPTION_MESSAGE_MAX_LENGTH = 300
+# An error body larger than this is not parsed for its message (a Status is a few hundred bytes).
+API_BODY_MAX_BYTES = 64 * 1024
 _TRANSIENT_HTTP = {408, 409, 429, 500, 502, 503, 504}
 _TRANSIENT_S3_CODES = {"SlowDown", "ServiceUnavailable", "InternalError", "RequestTimeout"}
 
@@ -50,3 +54,23 @@ def describe_exception(exc: BaseException) -> str:
     """'Type: message', the message clipped, so a person sees what broke."""
     text = " ".join(str(exc).split()) or "no message"
     return f"{type(exc).__name__}: {clip_text(text, EXCEPTION_MESSAGE_MAX_LENGTH)}"
+
+
+def describe_api_refusal(exc: ApiException) -> str:
+    """'HTTP 403 Forbidden: <the server's message>', clipped: what the API server (or an
+    admission webhook, or a quota) said, without the response's headers."""
+    said = ""
+    body = exc.body if isinstance(exc.body, str | bytes) else None
+    if body and len(body) <= API_BODY_MAX_BYTES:
+        try:
+            parsed = json.loads(body)
+        except ValueError:
+            parsed = None
+        if isinstance(parsed, dict) and isinstance(parsed.get("message"), str):
+            said = parsed["message"]
+    said = " ".join(said.split()) or (exc.reason or "no message")
+    return (
+        f"HTTP {exc.status} {exc.reason or ''}".rstrip()
+        + ": "
+        + clip_text(said, EXCEPTION_MESSAGE_MAX_LENGTH)
+    )

@@ -78,6 +78,7 @@ class TriggerEventReason(StrEnum):
     COOLING_DOWN = "CoolingDown"
     BUDGET_SPENT = "BudgetSpent"
     NAMESPACE_AT_LIMIT = "NamespaceAtSessionLimit"
+    SESSION_NOT_CREATED = "SessionNotCreated"
     SESSION_OPENED = "SessionOpened"
 
 

@@ -6,7 +6,9 @@ unfinished sessions (``max_active_sessions_per_namespace`` +
 ``max_waiting_sessions_per_namespace``, the ones the turn rule serves): a session past that
 would only wait or be refused. A hang check is not held by that bound, as it is not counted
 against it. A refusal is told once per hold, in one Event on the trigger, so a job that
-stays slow through a cooldown does not post an Event every interval.
+stays slow through a cooldown does not post an Event every interval. A session the API
+server refuses (a quota, an admission policy) is told the same way, and the other jobs'
+samples go on.
 """
 
 from __future__ import annotations
@@ -14,6 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+from pydantic import ValidationError
 
 from stepscope.api.session import TargetKind, TargetSpec
 from stepscope.api.trigger import (
@@ -24,6 +29,7 @@ from stepscope.api.trigger import (
     TriggerReason,
 )
 from stepscope_operator.context import OperatorContext
+from stepscope_operator.errors import describe_api_refusal, describe_exception
 from stepscope_operator.sessions.status import is_final
 from stepscope_operator.threads import computed
 from stepscope_operator.triggers.evidence import Evidence
@@ -38,20 +44,24 @@ from stepscope_operator.triggers.opening import (
     session_name,
 )
 
-# How long a namespace at its session limit is not told again, per job.
+# How long a namespace at its session limit, or a session the API server refused, is not
+# told again, per job.
 FULL_NAMESPACE_RETELL = timedelta(minutes=10)
+NOT_CREATED_RETELL = timedelta(minutes=10)
 
 
 @dataclass
 class Told:
-    """Until when each job's refusal has been told (one entry per watched job at most)."""
+    """Until when each job's refusal of each kind has been told (a few entries per watched
+    job at most): a cooldown told does not silence a refusal of another kind."""
 
-    until: dict[str, datetime] = field(default_factory=dict)
+    until: dict[tuple[str, str], datetime] = field(default_factory=dict)
 
-    def first_time(self, job: str, until: datetime, now: datetime) -> bool:
-        if now < self.until.get(job, now):
+    def first_time(self, job: str, refusal: Refusal, now: datetime) -> bool:
+        key = (job, refusal.reason)
+        if now < self.until.get(key, now):
             return False
-        self.until[job] = until
+        self.until[key] = refusal.until
         return True
 
 
@@ -90,7 +100,7 @@ async def fire(
     if refusal is None and not hang and (full := await _namespace_full(ctx, namespace)):
         refusal = Refusal(TriggerEventReason.NAMESPACE_AT_LIMIT, full, now + FULL_NAMESPACE_RETELL)
     if refusal is not None:
-        if told.first_time(job, refusal.until, now):
+        if told.first_time(job, refusal, now):
             await ctx.kube.post_event(
                 trigger,
                 "Normal",
@@ -103,8 +113,11 @@ async def fire(
     name = session_name(
         job_name, evidence, firing_time_key(evidence, now, spec.limits.cooldown_seconds)
     )
-    session = session_for_firing(trigger, spec, target, job, evidence, name, now)
-    created = await ctx.kube.create_session(session)
+    try:
+        session = session_for_firing(trigger, spec, target, job, evidence, name, now)
+        created = await ctx.kube.create_session(session)
+    except (ApiException, ValidationError) as exc:
+        return await _not_created(ctx, told, trigger, job, evidence, name, exc)
     ledger.record(namespace, job, hang, now)
     if created:
         kind = "hang check" if hang else "ProfileSession"
@@ -125,6 +138,36 @@ async def fire(
     return TriggerFiring(
         time=now, job=job, reason=evidence.reason, message=evidence.message, session=name
     )
+
+
+async def _not_created(
+    ctx: OperatorContext,
+    told: Told,
+    trigger: dict[str, Any],
+    job: str,
+    evidence: Evidence,
+    name: str,
+    exc: ApiException | ValidationError,
+) -> Refusal:
+    """A session the API server (a quota, an admission policy) or the template refused: told
+    once per ``NOT_CREATED_RETELL`` in a Warning Event on the trigger, and not recorded in the
+    ledger, so the next sample that still shows the evidence tries again."""
+    now = ctx.now()
+    why = (
+        describe_api_refusal(exc)
+        if isinstance(exc, ApiException)
+        else f"the sessionTemplate is invalid: {describe_exception(exc)}"
+    )
+    message = f"could not open ProfileSession {name} for {job}: {why}"
+    refusal = Refusal(TriggerEventReason.SESSION_NOT_CREATED, message, now + NOT_CREATED_RETELL)
+    if told.first_time(job, refusal, now):
+        await ctx.kube.post_event(
+            trigger,
+            "Warning",
+            refusal.reason,
+            f"{evidence.reason.value}: {message}. The evidence: {evidence.message}",
+        )
+    return refusal
 
 
 def recorded_firings(sessions: list[dict[str, Any]]) -> list[tuple[str, TriggerFiring]]:

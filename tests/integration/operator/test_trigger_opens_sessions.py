@@ -1,5 +1,6 @@
 """A ProfileTrigger opens sessions by itself: when the job's step time leaves its band, and a
-hang check when the job stops; within its cooldown a second rise opens nothing.
+hang check when the job stops; within its cooldown a second rise opens nothing; a session
+the API server refuses (a quota) is told in the server's words and tried again later.
 
 The real operator process and the real sidecar code (stepscope_dev.agent_fleet: simulated
 trainers stepping every 50 ms); the trigger samples every 5 s (its shortest interval) with
@@ -59,7 +60,7 @@ def trigger_manifest(namespace: str) -> dict:
             "jobs": {"kind": "podSelector", "podSelector": {"matchLabels": {"app": "fleet"}}},
             "intervalSeconds": 5,
             "rules": {
-                "stepTimeBand": {"window": 10, "warmupSamples": 5, "consecutive": 2},
+                "stepTimeBand": {"window": 30, "warmupSamples": 5, "consecutive": 2},
                 "straggler": {"consecutive": 2},
                 "hang": {"thresholdFloorSeconds": 10, "stepTimeMultiplier": 2},
                 "dataWait": {"consecutive": 2},
@@ -103,15 +104,52 @@ def ready_message(local_cluster, namespace: str) -> str:
     return next((c["message"] for c in conditions or [] if c["type"] == "Ready"), "")
 
 
+def no_sessions_quota(local_cluster, namespace: str) -> None:
+    """A ResourceQuota that allows no ProfileSession in the namespace: the API server's quota
+    admission refuses every create ("exceeded quota" once the quota controller has counted
+    the resource, "status unknown for quota" before)."""
+    quota = {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": "no-sessions", "namespace": namespace},
+        "spec": {"hard": {"count/profilesessions.stepscope.dev": "0"}},
+    }
+    local_cluster.kubectl("apply", "-f", "-", input=json.dumps(quota))
+
+
 def test_a_slowdown_and_a_stop_open_sessions_within_the_cooldown(
     local_cluster, namespace, fleet, trigger_operator
 ):
+    no_sessions_quota(local_cluster, namespace)
     local_cluster.kubectl("apply", "-f", "-", input=json.dumps(trigger_manifest(namespace)))
     wait_until(lambda: "in band" in ready_message(local_cluster, namespace), 90, "a warm band")
     uid = get_trigger(local_cluster, namespace)["metadata"]["uid"]
     assert opened_sessions(local_cluster, namespace, uid) == []  # steady steps open nothing
 
-    # The job slows down: twice the step time, a session opens by itself.
+    # The job slows down while a quota allows no session: the refusal is told, once, with
+    # the API server's words, and the trigger keeps watching.
+    fleet.step_s = 2 * STEP_S
+    (refused,) = wait_until(
+        lambda: [
+            e
+            for e in trigger_events(local_cluster, namespace)
+            if e["reason"] == TriggerEventReason.SESSION_NOT_CREATED
+        ],
+        60,
+        "the refused session told",
+    )
+    assert refused["type"] == "Warning" and "HTTP 403 Forbidden" in refused["message"]
+    assert "is forbidden" in refused["message"], refused["message"]
+    assert "quota: no-sessions" in refused["message"], refused["message"]
+    assert "StepTimeOutOfBand: could not open ProfileSession" in refused["message"]
+    assert opened_sessions(local_cluster, namespace, uid) == []
+    assert get_trigger(local_cluster, namespace)["status"]["jobsWatched"] == 1
+
+    # Back to speed and the quota lifted: a refused firing is not held against the job, so
+    # the next slowdown opens its session.
+    fleet.step_s = STEP_S
+    local_cluster.kubectl("delete", "resourcequota", "no-sessions", "-n", namespace)
+    wait_until(lambda: "in band" in ready_message(local_cluster, namespace), 60, "back in band")
     fleet.step_s = 2 * STEP_S
     (slow,) = wait_until(
         lambda: opened_sessions(local_cluster, namespace, uid), 60, "a session for the slowdown"

@@ -3,11 +3,14 @@ owners and specs)."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 
+from kubernetes.client.exceptions import ApiException
+from stepscope_operator.errors import describe_api_refusal
 from stepscope_operator.triggers.evidence import Evidence
-from stepscope_operator.triggers.firing import recorded_firings
-from stepscope_operator.triggers.ledger import FiringLedger
+from stepscope_operator.triggers.firing import Told, recorded_firings
+from stepscope_operator.triggers.ledger import FiringLedger, Refusal
 from stepscope_operator.triggers.opening import (
     TRIGGER_LABEL,
     firing_time_key,
@@ -177,3 +180,35 @@ def test_only_the_newest_labelled_sessions_are_read() -> None:
     firings = recorded_firings(sessions)
     assert len(firings) == MAX_NAMESPACE_DAILY_BUDGET
     assert {f.session for _, f in firings} == {f"s{i}" for i in range(500, 1000)}
+
+
+def test_each_kind_of_refusal_is_told_once_per_hold_per_job() -> None:
+    told = Told()
+    cooling = Refusal(TriggerEventReason.COOLING_DOWN, "cooling", T0 + timedelta(minutes=10))
+    refused = Refusal(TriggerEventReason.SESSION_NOT_CREATED, "quota", T0 + timedelta(minutes=5))
+    assert told.first_time("pytorchjob/x", refused, T0)
+    assert not told.first_time("pytorchjob/x", refused, T0 + timedelta(minutes=4))
+    # A refusal of another kind, or another job's, is news.
+    assert told.first_time("pytorchjob/x", cooling, T0 + timedelta(minutes=1))
+    assert told.first_time("pytorchjob/y", refused, T0 + timedelta(minutes=1))
+    assert told.first_time("pytorchjob/x", refused, T0 + timedelta(minutes=5))
+
+
+def test_an_api_refusal_is_told_in_the_servers_words_without_its_headers() -> None:
+    status = {
+        "kind": "Status",
+        "message": 'profilesessions.stepscope.dev "x" is forbidden: exceeded quota: no-sessions',
+        "reason": "Forbidden",
+        "code": 403,
+    }
+    exc = ApiException(status=403, reason="Forbidden")
+    exc.body = json.dumps(status)
+    exc.headers = {"Audit-Id": "secret-looking-header"}
+    said = describe_api_refusal(exc)
+    assert said == f"HTTP 403 Forbidden: {status['message']}"
+    huge = ApiException(status=422, reason="Unprocessable Entity")
+    huge.body = json.dumps({"message": "x" * 100_000})
+    assert describe_api_refusal(huge) == "HTTP 422 Unprocessable Entity: Unprocessable Entity"
+    long = ApiException(status=403, reason="Forbidden")
+    long.body = json.dumps({"message": "y" * 5_000})
+    assert len(describe_api_refusal(long)) <= len("HTTP 403 Forbidden: ") + 300

@@ -35,3 +35,12 @@ def test_a_namespace_with_no_triggers_is_forgotten() -> None:
     seats.seated("a", "u0", stamp(0))
     seats.leave("a", "u0")
     assert seats._known == {} and seats._seated == {}
+
+
+def test_a_trigger_created_in_the_same_second_never_takes_a_seated_ones_seat() -> None:
+    # Creation times have whole seconds; UIDs are random, so "zz" would sort after "aa" by
+    # UID and take its seat if ties went by UID.
+    seats = TriggerSeats(limit=1)
+    assert seats.seated("a", "zz", stamp(0))
+    assert not seats.seated("a", "aa", stamp(0))
+    assert seats.seated("a", "zz", stamp(0))
