@@ -234,11 +234,16 @@ def profile_cpu_steps(tmp_path, model: torch.nn.Module, batch: int, inputs: int)
     return path
 
 
-def test_a_real_cpu_run_peaking_in_adam_holds_every_gradient(tmp_path):
-    model = torch.nn.Sequential(
-        torch.nn.Linear(256, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 1024),
-        torch.nn.ReLU(), torch.nn.Linear(1024, 8),
+def mlp(width: int) -> torch.nn.Module:
+    """256 inputs, two hidden layers of ``width``, 8 outputs."""
+    return torch.nn.Sequential(
+        torch.nn.Linear(256, width), torch.nn.ReLU(), torch.nn.Linear(width, width),
+        torch.nn.ReLU(), torch.nn.Linear(width, 8),
     )  # fmt: skip
+
+
+def test_a_real_cpu_run_peaking_in_adam_holds_every_gradient(tmp_path):
+    model = mlp(width=1024)
     path = profile_cpu_steps(tmp_path, model, batch=512, inputs=256)
     composition = summarize_rank(path, rank=0).memory.composition
     assert composition.phase == "optimizer"
@@ -253,10 +258,7 @@ def test_a_real_cpu_run_peaking_in_adam_holds_every_gradient(tmp_path):
 
 
 def test_a_real_cpu_run_peaking_in_backward_is_mostly_saved_activations(tmp_path):
-    model = torch.nn.Sequential(
-        torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 512),
-        torch.nn.ReLU(), torch.nn.Linear(512, 8),
-    )  # fmt: skip
+    model = mlp(width=512)
     path = profile_cpu_steps(tmp_path, model, batch=8192, inputs=256)
     composition = summarize_rank(path, rank=0).memory.composition
     assert composition.phase == "backward" and composition.unexplained_bytes == 0
