@@ -37,7 +37,7 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from stepscope_dev.agent_fleet import AgentFleet
 from stepscope_dev.build import ensure_binaries
-from stepscope_dev.cluster import start_cluster, stop_cluster
+from stepscope_dev.cluster import apply_project_crds, start_cluster, stop_cluster
 from stepscope_dev.fleet_traces import RECORDED_STEPS
 from stepscope_dev.hostile.tenant import attack_settings, create_pods, hostile_tenant
 from stepscope_dev.net import free_port
@@ -49,7 +49,7 @@ from stepscope_dev.operator_health import (
     memory_of,
     scrape_lag,
 )
-from stepscope_dev.operator_process import REPO_ROOT, OperatorProcess, operator_env
+from stepscope_dev.operator_process import OperatorProcess, operator_env
 from stepscope_dev.podrunner import start_podrunner
 from stepscope_dev.processes import stop_pid
 from stepscope_operator.agents.signing import AgentKeyring
@@ -142,13 +142,7 @@ def main() -> int:
         root = Path(tmp)
         cluster = start_cluster(root / "cluster", ensure_binaries(), die_with_parent=True)
         try:
-            cluster.kubectl("apply", "-f", str(REPO_ROOT / "crds"))
-            cluster.kubectl(
-                "wait",
-                "--for=condition=Established",
-                "--timeout=60s",
-                f"crd/{PLURAL}.{GROUP}",
-            )
+            apply_project_crds(cluster, PLURAL)
             start_podrunner(cluster, die_with_parent=True)
             api = k8s_config.new_client_from_config(config_file=str(cluster.kubeconfig))
             core, custom = k8s.CoreV1Api(api), k8s.CustomObjectsApi(api)

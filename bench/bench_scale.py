@@ -65,11 +65,11 @@ from kubernetes import config as k8s_config
 from prometheus_client.parser import text_string_to_metric_families
 from stepscope_dev.agent_fleet import AgentFleet
 from stepscope_dev.build import ensure_binaries
-from stepscope_dev.cluster import start_cluster, stop_cluster
+from stepscope_dev.cluster import apply_project_crds, start_cluster, stop_cluster
 from stepscope_dev.fleet_gpu_traces import TRACE_SOURCES
 from stepscope_dev.fleet_traces import RECORDED_STEPS, Lateness
 from stepscope_dev.net import free_port
-from stepscope_dev.operator_process import REPO_ROOT, OperatorProcess, operator_env
+from stepscope_dev.operator_process import OperatorProcess, operator_env
 from stepscope_dev.podrunner import start_podrunner
 from stepscope_operator.agents.signing import AgentKeyring
 from stepscope_operator.settings import ENV, OperatorSettings, load_settings
@@ -396,13 +396,7 @@ def main(argv: list[str] | None = None) -> int:
         root = Path(tmp)
         cluster = start_cluster(root / "cluster", ensure_binaries(), die_with_parent=True)
         try:
-            cluster.kubectl("apply", "-f", str(REPO_ROOT / "crds"))
-            cluster.kubectl(
-                "wait",
-                "--for=condition=Established",
-                "--timeout=60s",
-                "crd/profilesessions.stepscope.dev",
-            )
+            apply_project_crds(cluster, "profilesessions")
             # The pod runner runs the analysis Jobs' pods (the Job controller creates them).
             start_podrunner(cluster, die_with_parent=True)
             api = k8s_config.new_client_from_config(config_file=str(cluster.kubeconfig))

@@ -44,9 +44,9 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from stepscope_dev.agent_fleet import AgentFleet
 from stepscope_dev.build import ensure_binaries
-from stepscope_dev.cluster import start_cluster, stop_cluster
+from stepscope_dev.cluster import apply_project_crds, start_cluster, stop_cluster
 from stepscope_dev.net import free_port
-from stepscope_dev.operator_process import REPO_ROOT, OperatorProcess, operator_env
+from stepscope_dev.operator_process import OperatorProcess, operator_env
 from stepscope_operator.agents.signing import AgentKeyring
 from stepscope_operator.triggers.opening import REASON_ANNOTATION, TRIGGER_LABEL
 
@@ -184,14 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         root = Path(tmp)
         cluster = start_cluster(root / "cluster", ensure_binaries(), die_with_parent=True)
         try:
-            cluster.kubectl("apply", "-f", str(REPO_ROOT / "crds"))
-            cluster.kubectl(
-                "wait",
-                "--for=condition=Established",
-                "--timeout=60s",
-                "crd/profilesessions.stepscope.dev",
-                "crd/profiletriggers.stepscope.dev",
-            )
+            apply_project_crds(cluster, "profilesessions", "profiletriggers")
             api = k8s_config.new_client_from_config(config_file=str(cluster.kubeconfig))
             lines = []
             for jobs in sizes:

@@ -28,6 +28,8 @@ from stepscope_dev.kubeconfig import write_kubeconfig
 from stepscope_dev.net import free_port
 from stepscope_dev.processes import pid_alive, start_process, stop_pid
 
+CRDS_DIR = Path(__file__).resolve().parents[2] / "crds"
+
 STATE_FILE = "instance.json"
 S3_REGION = "us-east-1"
 S3_BUCKET = "stepscope"
@@ -405,3 +407,15 @@ def stop_cluster(cluster: LocalCluster) -> None:
         stop_pid(cluster.pids[name])
     cluster.pids.clear()
     cluster.save()
+
+
+def apply_project_crds(cluster: LocalCluster, *plurals: str) -> None:
+    """Apply the project's CRDs (crds/) and wait until the named ones (plurals, such as
+    ``profilesessions``) are Established, so a create right after is not refused."""
+    cluster.kubectl("apply", "-f", str(CRDS_DIR))
+    cluster.kubectl(
+        "wait",
+        "--for=condition=Established",
+        "--timeout=60s",
+        *(f"crd/{plural}.stepscope.dev" for plural in plurals),
+    )

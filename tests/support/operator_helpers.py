@@ -100,7 +100,8 @@ def session_phase(local_cluster, namespace: str, name: str) -> str | None:
     return ((body or {}).get("status") or {}).get("phase")
 
 
-def session_events(local_cluster, namespace: str, name: str) -> list[dict[str, Any]]:
+def object_events(local_cluster, namespace: str, name: str, kind: str) -> list[dict[str, Any]]:
+    """The Events about one object, oldest first."""
     result = local_cluster.kubectl(
         "get",
         "events",
@@ -108,11 +109,15 @@ def session_events(local_cluster, namespace: str, name: str) -> list[dict[str, A
         namespace,
         "-o",
         "json",
-        f"--field-selector=involvedObject.name={name},involvedObject.kind=ProfileSession",
+        f"--field-selector=involvedObject.name={name},involvedObject.kind={kind}",
     )
     return sorted(
         json.loads(result.stdout)["items"], key=lambda e: e["metadata"]["creationTimestamp"]
     )
+
+
+def session_events(local_cluster, namespace: str, name: str) -> list[dict[str, Any]]:
+    return object_events(local_cluster, namespace, name, "ProfileSession")
 
 
 def render_chart_rbac(local_cluster) -> list[dict[str, Any]]:

@@ -19,6 +19,7 @@ from support.fleet_helpers import start_fleet
 from support.operator_helpers import (
     OperatorProcess,
     get_session,
+    object_events,
     operator_env,
     session_events,
 )
@@ -80,16 +81,7 @@ def get_trigger(local_cluster, namespace: str) -> dict:
 
 
 def trigger_events(local_cluster, namespace: str) -> list[dict]:
-    out = local_cluster.kubectl(
-        "get",
-        "events",
-        "-n",
-        namespace,
-        "-o",
-        "json",
-        f"--field-selector=involvedObject.name={NAME},involvedObject.kind=ProfileTrigger",
-    )
-    return json.loads(out.stdout)["items"]
+    return object_events(local_cluster, namespace, NAME, "ProfileTrigger")
 
 
 def opened_sessions(local_cluster, namespace: str, uid: str) -> list[dict]:
