@@ -56,7 +56,7 @@ def memory_peak_status(job: JobSummary) -> MemoryPeak | None:
     step = composition.step
 
     def share(part: int) -> float:
-        return round(min(100.0, composition.share_pct(part)), 1)
+        return round(composition.share_pct(part), 1)
 
     return MemoryPeak(
         rank=rank,

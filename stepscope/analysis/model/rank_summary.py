@@ -304,7 +304,9 @@ class MemoryComposition(_Model):
     unexplained_bytes: int = 0
 
     def share_pct(self, part_bytes: int) -> float:
-        return _percent(part_bytes, self.peak_bytes) if self.peak_bytes else 0.0
+        """The part's percent of the peak, at most 100: a summary's parts may add up to more
+        than its peak (negative ``unexplained_bytes``), and every reader shows shares."""
+        return min(100.0, _percent(part_bytes, self.peak_bytes)) if self.peak_bytes else 0.0
 
 
 class MemoryStats(_Model):

@@ -296,3 +296,11 @@ def test_a_summary_claiming_an_impossible_peak_stays_out_of_status(near_capacity
     )
     assert memory_peak_status(merge_ranks([forged])) is None
     assert memory_peak_status(merge_ranks([summary])).peak_mib == 36 * 1024
+
+
+def test_parts_past_the_peak_read_as_at_most_the_whole_peak():
+    # A summary's parts may add up to more than its peak (a tenant's, or a lost free).
+    composition = MemoryComposition(
+        peak_bytes=GIB, forward_bytes=50 * GIB, unexplained_bytes=-49 * GIB
+    )
+    assert composition.share_pct(composition.forward_bytes) == 100.0
