@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from array import array
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
+from itertools import repeat
 
 from stepscope.analysis.reading.trace_input import LimitExceeded
 
@@ -122,14 +123,14 @@ class IntervalStore:
         pending: Segment | None = None
         for index in sorted(self._bins):
             points: list[tuple[float, int]] = []
+            extend = points.extend
             for category, values in self._bins[index].items():
                 bit = bits.get(category)
                 if bit is None:
                     continue
-                opener, closer = bit + 1, -(bit + 1)
-                for i in range(0, len(values), 2):
-                    points.append((values[i], opener))
-                    points.append((values[i + 1], closer))
+                # Built in C: the points of a bin are most of a sweep's objects.
+                extend(zip(values[0::2], repeat(bit + 1)))
+                extend(zip(values[1::2], repeat(-(bit + 1))))
             if not points:
                 continue
             points.sort()
@@ -170,21 +171,39 @@ def sum_by_window(
     "overlapped". Time not covered by any segment is not counted anywhere.
     """
     totals = [[0.0] * labels for _ in windows]
-    cache: dict[int, tuple[int, ...]] = {}
-    first = 0
+    if not windows:
+        return totals
+    # Time is summed per (window, mask) first and labelled once at the end: a segment
+    # inside its window, the common case, then costs two comparisons and a dict update.
+    by_mask: dict[tuple[int, int], float] = {}
+    count = len(windows)
+    index = 0
+    window_start, window_end = windows[0]
     for start, end, mask in segments:
-        while first < len(windows) and windows[first][1] <= start:
-            first += 1
-        slots = cache.get(mask)
-        if slots is None:
-            slots = cache[mask] = label(mask)
-        index = first
-        while index < len(windows) and windows[index][0] < end:
+        if start >= window_end:
+            while index < count and windows[index][1] <= start:
+                index += 1
+            if index == count:
+                break  # every window ends before this segment, so before all later ones
             window_start, window_end = windows[index]
-            overlap = min(end, window_end) - max(start, window_start)
+        if window_start <= start and end <= window_end:
+            key = (index, mask)
+            by_mask[key] = by_mask.get(key, 0.0) + (end - start)
+            continue
+        later = index
+        while later < count and windows[later][0] < end:
+            later_start, later_end = windows[later]
+            overlap = min(end, later_end) - max(start, later_start)
             if overlap > 0:
-                row = totals[index]
-                for slot in slots:
-                    row[slot] += overlap
-            index += 1
+                key = (later, mask)
+                by_mask[key] = by_mask.get(key, 0.0) + overlap
+            later += 1
+    slots_by_mask: dict[int, tuple[int, ...]] = {}
+    for (index, mask), total in by_mask.items():
+        slots = slots_by_mask.get(mask)
+        if slots is None:
+            slots = slots_by_mask[mask] = label(mask)
+        row = totals[index]
+        for slot in slots:
+            row[slot] += total
     return totals
