@@ -42,23 +42,27 @@ def summarize_rank(
     builder = RankSummaryBuilder()
     try:
         try:
-            events = reader.events()
+            events = reader.events(skip=builder.UNREAD_KINDS)
             first = next(events, None)
             if first is not None:
                 # The first chunk, read by now, holds Kineto's flags.
                 if reader.leading_keys().get("profile_memory"):
                     builder.memory.index_ops()
                 builder.add(first)
-            add = builder.add
-            for event in events:
-                add(event)
+            builder.add_all(events)
         except TraceReadError as err:
-            if not allow_partial or builder.event_count == 0:
+            if not allow_partial or reader.event_count == 0:
                 raise
             return builder.build(
-                reader.header, rank=rank, source=Path(source).name, partial_reason=str(err)
+                reader.header,
+                rank=rank,
+                source=Path(source).name,
+                partial_reason=str(err),
+                event_count=reader.event_count,
             )
-        return builder.build(reader.header, rank=rank, source=Path(source).name)
+        return builder.build(
+            reader.header, rank=rank, source=Path(source).name, event_count=reader.event_count
+        )
     except LimitExceeded as err:
         raise TraceReadError(source, 0, str(err), truncated=False) from err
     except _UNEXPECTED_VALUE as err:
@@ -68,7 +72,7 @@ def summarize_rank(
         raise TraceReadError(
             source,
             0,
-            f"unexpected value near event {builder.event_count}: "
+            f"unexpected value near event {reader.event_count}: "
             f"{type(err).__name__}: {_first_line(err)}",
             truncated=False,
         ) from err

@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Iterator
+from functools import partial
 from typing import Any
 
 import msgspec
@@ -97,6 +98,12 @@ _X_RULES = {
     cat: _x_rule(cat)
     for cat in ("cpu_op", "cuda_runtime", "cuda_driver", "kernel", "gpu_memcpy", "gpu_memset")
 }
+# Flow and metadata events (a third of a GPU trace's events) take their kind from ``ph``.
+_PHASE_RULES = {
+    ph: (kind, args_are_read(kind, ""))
+    for ph in ("s", "f", "t", "M")
+    for kind in (event_kind(ph, "", "", None),)
+}
 # Whether a CPU op's args are read, by name: op names repeat millions of times. Only names
 # up to CACHED_NAME_CHARS are kept (real op names are far shorter), so that a trace of
 # invented names holds at most 2 MiB here.
@@ -120,10 +127,17 @@ _FLOAT_RE = re.compile(rb"-?[0-9]+(?:\.[0-9]+)?(?:[eE][+\-]?[0-9]+)?")
 _INT64_MAX = 2**63 - 1
 
 
-def decoded_batches(read: Callable[[int], bytes], *, raw: bool) -> Iterator[list]:
+def decoded_batches(
+    read: Callable[[int], bytes], *, raw: bool, skip: frozenset[EventKind] = frozenset()
+) -> Iterator[tuple[list, int]]:
     """Lists of events (``TraceEvent``s, or the JSON objects when `raw`) in file order,
-    from the text `read` returns; raises ``Declined`` as described above."""
-    decoder, convert = (_OBJECTS, _checked_objects) if raw else (_EVENTS, _trace_events)
+    each with the number of events decoded for it (those of the kinds in `skip` are
+    checked and counted, not listed), from the text `read` returns; raises ``Declined``
+    as described above."""
+    if raw:
+        decoder, convert = _OBJECTS, _checked_objects
+    else:
+        decoder, convert = _EVENTS, partial(_trace_events, skip=skip)
     carry, ended = _after_opening_bracket(read)
     need = BLOCK_BYTES
     after_comma = False
@@ -137,7 +151,7 @@ def decoded_batches(read: Callable[[int], bytes], *, raw: bool) -> Iterator[list
             if not decoded and after_comma:
                 # Nothing after the last cut's comma: "}, ]", which yajl refuses.
                 raise Declined("a comma before the end of 'traceEvents'")
-            yield convert(decoded)
+            yield convert(decoded), len(decoded)
             return
         cut = _cut(carry, decoder)
         if cut is None:
@@ -150,7 +164,7 @@ def decoded_batches(read: Callable[[int], bytes], *, raw: bool) -> Iterator[list
         decoded, carry = cut
         need = BLOCK_BYTES
         after_comma = True
-        yield convert(decoded)
+        yield convert(decoded), len(decoded)
 
 
 def _after_opening_bracket(read: Callable[[int], bytes]) -> tuple[bytearray, bool]:
@@ -260,32 +274,35 @@ def _check_numbers_and_text(text: bytes) -> None:
             raise Declined("bytes that are not UTF-8") from None
     marks = text.translate(_NUMBER_MARKS)
     for mark in (_LONG_DIGITS, _EXPONENT_3):
-        at = marks.find(mark)
+        # From the end: ``rfind`` tests a window's first byte, rarely "0" or "e" here,
+        # where ``find`` tests its last (the digits are a third of the text): 2x faster.
+        at = marks.rfind(mark)
         while at >= 0:
-            at = _refuse_number_at(text, at)
-            at = marks.find(mark, at)
+            at = marks.rfind(mark, 0, _refuse_number_at(text, at))
 
 
 def _refuse_number_at(text: bytes, at: int) -> int:
-    """Decline if the number around `at` is one yajl refuses; else where to look next.
-    Text that is no number token (a hex address in a string, "0x7fda0e810200") passes."""
+    """Decline if the number around `at` is one yajl refuses; else where its token starts
+    (the byte before it is no number byte, so no mark spans it). Text that is no number
+    token (a hex address in a string, "0x7fda0e810200") passes."""
     start = at
     while start > 0 and text[start - 1] in _NUMBER_BYTES:
         start -= 1
     end = _NUMBER_TOKEN_RE.match(text, at).end()
     if start > 0 and text[start - 1] not in _VALUE_STARTS:
-        return end
+        return start
     token = text[start:end]
     if _INTEGER_RE.fullmatch(token):
         if len(token.lstrip(b"-")) > 19 or abs(int(token)) > _INT64_MAX:
             raise Declined("an integer past 64 bits")
     elif _FLOAT_RE.fullmatch(token) and math.isinf(float(token)):
         raise Declined("a number past the double range")
-    return end
+    return start
 
 
-def _trace_events(decoded: list[_Event]) -> list[TraceEvent]:
-    """The events as ``TraceEvent``s, by the rules of ``classify.classify_event``."""
+def _trace_events(decoded: list[_Event], skip: frozenset[EventKind]) -> list[TraceEvent]:
+    """The events as ``TraceEvent``s, by the rules of ``classify.classify_event``, but
+    for those of the kinds in `skip`: their times are checked, nothing is built."""
     batch = []
     append = batch.append
     args_read_by_name = _ARGS_READ_BY_NAME
@@ -293,7 +310,7 @@ def _trace_events(decoded: list[_Event]) -> list[TraceEvent]:
         ph, cat, name = event.ph, event.cat, event.name
         if len(name) > MAX_NAME_CHARS:
             name = name[:MAX_NAME_CHARS]
-        rule = _X_RULES.get(cat) if ph == "X" else None
+        rule = _X_RULES.get(cat) if ph == "X" else _PHASE_RULES.get(ph)
         if rule is None:
             kind = event_kind(ph, cat, name, event.s)
             wants_args = args_are_read(kind, name)
@@ -310,6 +327,8 @@ def _trace_events(decoded: list[_Event]) -> list[TraceEvent]:
             raise Declined("a time out of range")  # ijson names it
         if not 0.0 <= dur < MAX_ABS_TIME_US:
             dur = _clamped(dur)
+        if kind in skip:
+            continue
         args = event.args
         if wants_args and args:
             try:

@@ -38,7 +38,7 @@ from typing import BinaryIO
 import ijson
 
 from stepscope.analysis.reading.classify import classify_event, json_type_name
-from stepscope.analysis.reading.events import EventShapeError, TraceEvent
+from stepscope.analysis.reading.events import EventKind, EventShapeError, TraceEvent
 from stepscope.analysis.reading.trace_input import (
     CHUNK_BYTES,
     MAX_TRACE_EVENTS,
@@ -157,15 +157,16 @@ class TraceReader:
         # Why the fast path handed the file to ijson, if it did (tests and benchmarks ask).
         self.declined: str | None = None
 
-    def events(self) -> Iterator[TraceEvent]:
-        """Every event, classified; raises TraceReadError as described above."""
+    def events(self, skip: frozenset[EventKind] = frozenset()) -> Iterator[TraceEvent]:
+        """Every event, classified, except those of the kinds in `skip` (which are still
+        checked and counted in ``event_count``); raises TraceReadError as described above."""
         # Lists of events joined in C: a generator between the reader and the consumer
         # would be resumed once per event (a few percent of reading a large trace).
-        return chain.from_iterable(self._batches(raw=False))
+        return chain.from_iterable(self._batches(raw=False, skip=skip))
 
     def raw_events(self) -> Iterator[dict]:
         """Every event as its JSON object, after the same checks as ``events``."""
-        return chain.from_iterable(self._batches(raw=True))
+        return chain.from_iterable(self._batches(raw=True, skip=frozenset()))
 
     def leading_keys(self) -> dict:
         """The top-level keys before ``traceEvents`` in what has been read so far; once
@@ -174,13 +175,13 @@ class TraceReader:
         recorder = getattr(self, "_recorder", None)
         return _top_level_keys(bytes(recorder.head)) if recorder is not None else {}
 
-    def _batches(self, *, raw: bool) -> Iterator[list]:
+    def _batches(self, *, raw: bool, skip: frozenset[EventKind]) -> Iterator[list]:
         """The events in lists: a chunk's from the fast path, one each from ijson (so an
         error comes after every event before it, as the partial summary needs)."""
         yielded = 0
         if self.parser == FAST_PARSER:
             try:
-                yield from self._pass(self._parse_chunks, raw=raw)
+                yield from self._pass(self._parse_chunks, raw=raw, skip=skip)
                 return
             except Exception as err:  # noqa: BLE001 - whatever it was, ijson meets it and names it
                 # The fast path declined (chunked_decoding says when): read the file again
@@ -189,9 +190,10 @@ class TraceReader:
                 self.declined = f"{type(err).__name__}: {err}"[:500]
                 yielded = self.event_count
         for event in islice(self._pass(self._parse, raw=raw), yielded, None):
-            yield [event]
+            if raw or event[0] not in skip:
+                yield [event]
 
-    def _pass(self, parse: Callable[..., Iterator], *, raw: bool) -> Iterator:
+    def _pass(self, parse: Callable[..., Iterator], **options: object) -> Iterator:
         """One read of the file from its start with `parse`, then its header."""
         try:
             stream = self._open()
@@ -202,7 +204,7 @@ class TraceReader:
         with stream:
             recorder = self._recorder = _RecordingReader(LimitedStream(decompressed(stream)))
             try:
-                yield from parse(recorder, raw=raw)
+                yield from parse(recorder, **options)
             except TraceReadError:
                 # Keep what the head says (rank, devices) for a partial summary.
                 self._read_header(recorder, ended=False)
@@ -218,25 +220,28 @@ class TraceReader:
                 truncated=False,
             )
 
-    def _parse_chunks(self, recorder: _RecordingReader, *, raw: bool) -> Iterator:
+    def _parse_chunks(
+        self, recorder: _RecordingReader, *, raw: bool, skip: frozenset[EventKind]
+    ) -> Iterator:
         self.event_count = 0
-        for batch in chunked_decoding.decoded_batches(recorder.read, raw=raw):
-            if self.event_count + len(batch) > MAX_TRACE_EVENTS:
+        for batch, decoded in chunked_decoding.decoded_batches(recorder.read, raw=raw, skip=skip):
+            if self.event_count + decoded > MAX_TRACE_EVENTS:
                 raise chunked_decoding.Declined("more than MAX_TRACE_EVENTS")  # ijson names it
-            self.event_count += len(batch)
+            self.event_count += decoded
             yield batch
 
     def _parse(self, recorder: _RecordingReader, *, raw: bool) -> Iterator:
         items = ijson.items(recorder, "traceEvents.item", use_float=True, buf_size=CHUNK_BYTES)
-        count = 0
+        self.event_count = count = 0
         try:
-            for count, item in enumerate(islice(items, MAX_TRACE_EVENTS), 1):  # noqa: B007 - read after the loop
+            for count, item in enumerate(islice(items, MAX_TRACE_EVENTS), 1):
                 try:
                     event = classify_event(item)
                 except AttributeError:  # not a dict: it has no .get
                     raise EventShapeError(
                         f"it is a {json_type_name(item)}, not an object"
                     ) from None
+                self.event_count = count  # the events read well, as they are consumed
                 yield item if raw else event
             if count == MAX_TRACE_EVENTS and next(items, None) is not None:
                 raise LimitExceeded(
@@ -265,8 +270,6 @@ class TraceReader:
                 "the JSON text ends early" if truncated else f"invalid JSON ({_first_line(err)})"
             )
             raise TraceReadError(self.name, recorder.position, reason, truncated=truncated) from err
-        finally:
-            self.event_count = count
 
     def _read_header(self, recorder: _RecordingReader, *, ended: bool) -> None:
         """Fill ``header`` from the head and, when the text ``ended`` well, the tail."""

@@ -44,6 +44,14 @@ DECLINED = {
         _op()[:-1] + ', "args": {"Addr": -9223372036854775808}}',
     ),
     "exponent past the double range": _trace(_op(), _op()[:-1] + ', "unread": 1e400}'),
+    # Digit runs inside strings are no numbers; the scan must pass them and still find
+    # the number before or after them.
+    "integer past 64 bits after digits in a name": _trace(
+        _op(name="k_" + "7" * 30), _op()[:-1] + ', "unread": 98765432109876543210}'
+    ),
+    "exponent past the double range before digits in a name": _trace(
+        _op()[:-1] + ', "unread": 2E+999}', _op(name="k_" + "3" * 30 + "e0001")
+    ),
     "bytes that are not UTF-8": _trace(_op()).replace(b"aten::mm", b"aten::\xc3mm", 1),
     "null name": _trace(_op(), _op(name=None)),
     "boolean time": _trace(_op(), _op(ts=True)),
