@@ -92,7 +92,9 @@ class LimitExceeded(ValueError):
 _STRING_RE = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _STRING_REST_RE = re.compile(rb'[^"\\]*(?:\\.[^"\\]*)*', re.DOTALL)
 # Opening brackets become 2 and closing ones 0, so "value - 1" is the change in depth.
-_DEPTH_STEPS = bytes.maketrans(b"[{]}", b"\x02\x02\x00\x00")
+_PAIRED = bytes.maketrans(b"[{]}", b"(())")
+_DEPTH_STEPS = bytes.maketrans(b"()", b"\x02\x00")
+_PAIR_PASSES = 8
 _NOT_BRACKETS = bytes(set(range(256)) - set(b"[]{}"))
 _NOT_MARKS = bytes(set(range(256)) - set(b'"[]{}'))
 _NOT_MARKS_OR_COMMAS = bytes(set(range(256)) - set(b'"[]{},'))
@@ -228,11 +230,15 @@ class LimitedStream:
     def _count_structure(self, structure: bytes) -> None:
         """Depth and values of `structure`: a chunk's text outside strings."""
         opens = structure.count(b"[") + structure.count(b"{")
-        if self._depth + opens > self._max_depth:
-            steps = structure.translate(_DEPTH_STEPS, _NOT_BRACKETS)
-            deepest = max(accumulate(map(sub, steps, repeat(1)), initial=self._depth))
-            if deepest > self._max_depth:
-                self._refuse("nesting deeper than", self._max_depth, "levels", "MAX_NESTING_DEPTH")
+        limit = self._max_depth
+        # Three tests, each cheaper and looser than the next: every open bracket, the bound
+        # from a few removals of inner pairs, every bracket's depth.
+        if (
+            self._depth + opens > limit
+            and deepest_nesting(structure, self._depth, _PAIR_PASSES) > limit
+            and deepest_nesting(structure, self._depth, 0) > limit
+        ):
+            self._refuse("nesting deeper than", limit, "levels", "MAX_NESTING_DEPTH")
         self._depth += opens - structure.count(b"]") - structure.count(b"}")
         if self._max_values is not None:
             self._values += opens + structure.count(b",")
@@ -241,6 +247,24 @@ class LimitedStream:
 
     def _refuse(self, what: str, value: int, unit: str, constant: str) -> None:
         raise LimitExceeded(f"{what} {value:,} {unit} (limit {constant})", self._end)
+
+
+def deepest_nesting(structure: bytes, depth: int, passes: int) -> int:
+    """The deepest nesting `structure` reaches from `depth`, exactly with no `passes`;
+    else at most that: a bound from the brackets left after removing the innermost pairs
+    ``passes`` times, each removal lowering the deepest point by one level at most. A
+    chunk of a trace holds hundreds of events, all within a few levels: a few removals
+    leave the brackets of the events cut at its edges, and the bound is read from those."""
+    brackets = structure.translate(_PAIRED, _NOT_BRACKETS)
+    removed = 0
+    while removed < passes:
+        inner = brackets.replace(b"()", b"")
+        if len(inner) == len(brackets):
+            break
+        brackets = inner
+        removed += 1
+    steps = brackets.translate(_DEPTH_STEPS)
+    return removed + max(accumulate(map(sub, steps, repeat(1)), initial=depth))
 
 
 class _Prepended:

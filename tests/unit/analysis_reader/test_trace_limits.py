@@ -17,7 +17,12 @@ import pytest
 
 from stepscope.analysis import TraceReadError, summarize_rank
 from stepscope.analysis.reading import reader
-from stepscope.analysis.reading.trace_input import LimitedStream, LimitExceeded, loads_bounded
+from stepscope.analysis.reading.trace_input import (
+    LimitedStream,
+    LimitExceeded,
+    deepest_nesting,
+    loads_bounded,
+)
 
 STRING_PIECES = ['"', "\\", "[", "]", "{", "}", ",", "a", "é", "\n", "\\u0041", " "]
 
@@ -111,6 +116,37 @@ def test_depth_and_string_length_are_exact_under_any_chunking(seed):
     if longest > 1:
         with pytest.raises(LimitExceeded, match="MAX_STRING_BYTES"):
             _read_all(LimitedStream(_Trickle(text, seed), max_string_bytes=longest - 1))
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_one_deep_spot_among_many_shallow_events_is_measured_exactly(seed):
+    """Whole 64 KiB chunks of trace-like events, where the depth check first takes a bound
+    from the brackets left after removing inner pairs, then looks closer where it must."""
+    rng = random.Random(seed)
+    events = [{"ph": "X", "args": {"dims": [[1, 2], [3]]}} for _ in range(rng.randint(50, 900))]
+    deep = _random_value(rng, rng.randint(6, 14))
+    events.insert(rng.randrange(len(events) + 1), {"args": deep})
+    value = {"traceEvents": events}
+    text = json.dumps(value).encode()
+    depth = _depth(value)
+
+    _read_all(LimitedStream(io.BytesIO(text), max_depth=depth))
+    with pytest.raises(LimitExceeded, match="MAX_NESTING_DEPTH"):
+        _read_all(LimitedStream(io.BytesIO(text), max_depth=depth - 1))
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_the_depth_bound_is_never_below_the_true_depth(seed):
+    rng = random.Random(seed)
+    brackets = "".join(rng.choice("[]{}") for _ in range(rng.randint(0, 300))).encode()
+    start = rng.randint(0, 5)
+    true_deepest, depth = start, start
+    for byte in brackets:
+        depth += 1 if byte in b"[{" else -1
+        true_deepest = max(true_deepest, depth)
+    assert deepest_nesting(brackets, start, 0) == true_deepest
+    for passes in (1, 2, 8):
+        assert deepest_nesting(brackets, start, passes) >= true_deepest
 
 
 @pytest.mark.parametrize("seed", range(60))
