@@ -56,6 +56,7 @@ from stepscope_operator.storage.retention import (
     sweep_pending_deletes,
 )
 from stepscope_operator.threads import OPERATOR, in_thread
+from stepscope_operator.triggers.sample_budget import SampleBudget
 from stepscope_operator.triggers.seats import TriggerSeats
 from stepscope_operator.triggers.watching import TriggerBoard, watch_trigger
 
@@ -128,7 +129,10 @@ async def configure(
             lambda: session_queue.get(None, ()), Limits.from_settings(operator_settings)
         ),
     )
-    memo.triggers = TriggerBoard(seats=TriggerSeats(operator_settings.max_triggers_per_namespace))
+    memo.triggers = TriggerBoard(
+        seats=TriggerSeats(operator_settings.max_triggers_per_namespace),
+        budget=SampleBudget(operator_settings.trigger_samples_per_second),
+    )
     memo.sweeper = asyncio.create_task(sweep_deleted_sessions(memo.ctx, logger))
     logger.info(
         "stepscope operator: bucket %s, prefix %s, watching %s",

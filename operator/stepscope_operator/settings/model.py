@@ -242,6 +242,15 @@ class OperatorSettings(BaseModel):
         "interval (about 10 ms of operator CPU per job sample), and a tenant may create any "
         "number: ten triggers of 20 jobs are 200 jobs of one namespace.",
     )
+    trigger_samples_per_second: float = Field(
+        25.0,
+        gt=0,
+        le=10_000,
+        description="Job samples the operator takes per second across all ProfileTriggers, "
+        "first come first served (about 10 ms of operator CPU each: the default is at most a "
+        "quarter of a core). When the watched jobs ask for more, every trigger's interval "
+        "stretches by the same factor and its status says how late its sample was.",
+    )
     max_concurrent_sessions: int = Field(
         16,
         ge=1,

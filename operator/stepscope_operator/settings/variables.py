@@ -34,6 +34,7 @@ ENV: dict[str, str] = {
     "fabric_intra_peak_gbps": "STEPSCOPE_FABRIC_INTRA_PEAK_GBPS",
     "fabric_inter_peak_gbps": "STEPSCOPE_FABRIC_INTER_PEAK_GBPS",
     "max_triggers_per_namespace": "STEPSCOPE_MAX_TRIGGERS_PER_NAMESPACE",
+    "trigger_samples_per_second": "STEPSCOPE_TRIGGER_SAMPLES_PER_SECOND",
     "agent_lost_grace_seconds": "STEPSCOPE_AGENT_LOST_GRACE_SECONDS",
     "plan_margin_seconds": "STEPSCOPE_PLAN_MARGIN_SECONDS",
     "plan_min_steps": "STEPSCOPE_PLAN_MIN_STEPS",

@@ -35,6 +35,7 @@ from stepscope_operator.threads import computed
 from stepscope_operator.triggers.firing import Told, fire, recall_firings
 from stepscope_operator.triggers.judging import JobJudge
 from stepscope_operator.triggers.ledger import FiringLedger
+from stepscope_operator.triggers.sample_budget import SampleBudget
 from stepscope_operator.triggers.samples import JobSample
 from stepscope_operator.triggers.sampling import sample_job
 from stepscope_operator.triggers.seats import TriggerSeats
@@ -62,6 +63,7 @@ class TriggerBoard:
 
     ledger: FiringLedger = field(default_factory=FiringLedger)
     seats: TriggerSeats = field(default_factory=TriggerSeats)
+    budget: SampleBudget = field(default_factory=SampleBudget)
     watches: dict[str, TriggerWatch] = field(default_factory=dict)
     pruned_at: float = 0.0
 
@@ -119,8 +121,9 @@ async def watch_trigger(
         if status.last_fired is None and recalled is not None:
             status = status.model_copy(update={"last_fired": recalled})
     targets = spec.jobs.targets()
+    late = board.budget.describe_wait(await board.budget.take(len(targets)))
     samples = await asyncio.gather(*(sample_job(ctx, meta["namespace"], t) for t in targets))
-    answered, notes = 0, []
+    answered, notes = 0, [late] if late else []
     for target, sample in zip(targets, samples, strict=True):
         job = describe_target(target)
         if not isinstance(sample, JobSample) or not sample.ranks:
