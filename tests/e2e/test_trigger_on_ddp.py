@@ -1,0 +1,176 @@
+"""A ProfileTrigger watching a running 4-rank DDP PyTorchJob (real trainers under the training
+operator, their real agent sidecars) opens sessions by itself: nothing while the job is
+healthy, one step-time session when its compute grows, nothing more within the cooldown while
+it stays slow, and a hang check, which names the blocked rank, when one rank stops.
+
+The trigger samples every 5 s (its shortest interval) with a warm-up of 5 samples and a
+band of at least +10% over 10 samples. The job steps in about 65 ms; 40 ms of added compute a
+step is +60%, far outside any band this machine's noise draws. Every wait has a deadline.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+from e2e_helpers import apply, pytorchjob, running_pods
+from e2e_platform import SharedHostDir
+from stepscope_operator.triggers.opening import REASON_ANNOTATION, TRIGGER_LABEL
+from support import wait_until
+from support.operator_helpers import get_session, object_events, session_phase
+
+from stepscope.api.trigger import TriggerEventReason, TriggerReason
+
+pytestmark = pytest.mark.e2e
+
+KNOB = "extra-compute-ms"
+NAME = "ddp-watch"
+
+
+@pytest.fixture
+def knobs() -> Iterator[SharedHostDir]:
+    shared = SharedHostDir()
+    yield shared
+    shared.remove()
+
+
+def _trigger(namespace: str, job: str, hang_floor_seconds: int) -> dict:
+    return {
+        "apiVersion": "stepscope.dev/v1alpha1",
+        "kind": "ProfileTrigger",
+        "metadata": {"name": NAME, "namespace": namespace},
+        "spec": {
+            "jobs": {"kind": "pytorchJob", "names": [job]},
+            "intervalSeconds": 5,
+            "rules": {
+                "stepTimeBand": {"window": 10, "warmupSamples": 5, "consecutive": 2},
+                "hang": {"thresholdFloorSeconds": hang_floor_seconds, "stepTimeMultiplier": 10},
+            },
+            "limits": {"cooldownSeconds": 600},
+            "sessionTemplate": {
+                "granularity": "steps",
+                "window": {"steps": 10, "warmupSteps": 1, "leadSeconds": 2, "timeoutSeconds": 90},
+            },
+        },
+    }
+
+
+def _opened(cluster, namespace: str) -> list[dict]:
+    trigger = json.loads(
+        cluster.kubectl("get", "profiletrigger", NAME, "-n", namespace, "-o", "json").stdout
+    )
+    uid = trigger["metadata"]["uid"]
+    out = cluster.kubectl(
+        "get", "profilesessions", "-n", namespace, "-l", f"{TRIGGER_LABEL}={uid}", "-o", "json"
+    )
+    return json.loads(out.stdout)["items"]
+
+
+def _ready_message(cluster, namespace: str) -> str:
+    out = cluster.kubectl("get", "profiletrigger", NAME, "-n", namespace, "-o", "json")
+    conditions = (json.loads(out.stdout).get("status") or {}).get("conditions") or []
+    return next((c["message"] for c in conditions if c["type"] == "Ready"), "")
+
+
+def _last_sample(cluster, namespace: str) -> str:
+    out = cluster.kubectl("get", "profiletrigger", NAME, "-n", namespace, "-o", "json")
+    return (json.loads(out.stdout).get("status") or {}).get("lastSampleTime", "")
+
+
+def _more_samples(cluster, namespace: str, count: int) -> None:
+    """Wait until the trigger has taken `count` samples after the one it shows now."""
+    seen: set[str] = set()
+
+    def enough() -> bool:
+        seen.add(_last_sample(cluster, namespace))
+        return len(seen - {""}) > count
+
+    wait_until(enough, 15 * count, f"{count} more samples", interval=1)
+
+
+def _reasons(cluster, namespace: str) -> list[str]:
+    return [e["reason"] for e in object_events(cluster, namespace, NAME, "ProfileTrigger")]
+
+
+def _final(cluster, namespace: str, name: str, phases: tuple[str, ...]) -> dict:
+    wait_until(
+        lambda: session_phase(cluster, namespace, name) in phases,
+        240,
+        f"session {name} in one of {phases}",
+        interval=1,
+    )
+    return get_session(cluster, namespace, name)["status"]
+
+
+def test_added_compute_opens_one_session_and_the_cooldown_holds_the_rest(
+    e2e_platform, namespace, operator_process, knobs
+):
+    cluster = e2e_platform.cluster
+    knob = knobs.write(KNOB, "0")
+    args = ["--steps", "100000", "--step-sleep", "0.05", "--extra-compute-file", str(knob)]
+    apply(
+        cluster,
+        pytorchjob(e2e_platform, namespace, "ddp", workers=3, args=args, host_dirs=(knobs.path,)),
+    )
+    wait_until(running_pods(cluster, namespace, "ddp"), 180, "4 running pods")
+    apply(cluster, _trigger(namespace, "ddp", hang_floor_seconds=300))
+
+    # Healthy: the band warms up and holds the job's step time; nothing opens.
+    wait_until(lambda: "in band" in _ready_message(cluster, namespace), 120, "a warm band")
+    _more_samples(cluster, namespace, 3)
+    assert _opened(cluster, namespace) == []
+
+    knobs.write(KNOB, "40")
+    (slow,) = wait_until(lambda: _opened(cluster, namespace), 90, "a session for the slowdown")
+    annotations = slow["metadata"]["annotations"]
+    assert annotations[REASON_ANNOTATION] == TriggerReason.STEP_TIME_OUT_OF_BAND, annotations
+    assert slow["spec"]["target"]["pytorchJob"] == "ddp"
+    fired = [
+        e
+        for e in object_events(cluster, namespace, NAME, "ProfileTrigger")
+        if e["reason"] == TriggerReason.STEP_TIME_OUT_OF_BAND
+    ]
+    assert len(fired) == 1 and slow["metadata"]["name"] in fired[0]["message"], fired
+    assert "against the median, above its band" in fired[0]["message"]
+    print(fired[0]["message"])
+
+    # Still slow: the band rule keeps finding it, the cooldown holds every firing.
+    wait_until(
+        lambda: TriggerEventReason.COOLING_DOWN in _reasons(cluster, namespace),
+        60,
+        "the cooldown told",
+    )
+    assert [s["metadata"]["name"] for s in _opened(cluster, namespace)] == [
+        slow["metadata"]["name"]
+    ]
+    # The session the trigger opened profiles the job like any other.
+    status = _final(
+        cluster, namespace, slow["metadata"]["name"], ("Succeeded", "PartiallySucceeded", "Failed")
+    )
+    assert status["phase"] == "Succeeded", json.dumps(status, indent=1)
+    print(cluster.kubectl("get", "profiletriggers", "-n", namespace).stdout)
+
+
+def test_a_blocked_rank_opens_a_hang_check_that_names_it(e2e_platform, namespace, operator_process):
+    cluster = e2e_platform.cluster
+    args = ["--steps", "100000", "--step-sleep", "0.05", "--block-rank", "2"]
+    args += ["--block-at-step", "400"]
+    apply(cluster, pytorchjob(e2e_platform, namespace, "hung", workers=3, args=args))
+    wait_until(running_pods(cluster, namespace, "hung"), 180, "4 running pods")
+    apply(cluster, _trigger(namespace, "hung", hang_floor_seconds=15))
+
+    (check,) = wait_until(lambda: _opened(cluster, namespace), 150, "a hang check")
+    assert check["spec"]["mode"] == "hang-check", check["spec"]
+    assert check["metadata"]["annotations"][REASON_ANNOTATION] == TriggerReason.NO_PROGRESS
+    stopped = [
+        e
+        for e in object_events(cluster, namespace, NAME, "ProfileTrigger")
+        if e["reason"] == TriggerReason.NO_PROGRESS
+    ]
+    assert stopped and "no rank has advanced for" in stopped[0]["message"], stopped
+    status = _final(cluster, namespace, check["metadata"]["name"], ("Diagnosed", "Failed"))
+    assert status["phase"] == "Diagnosed", json.dumps(status, indent=1)
+    # Rank 2 is worker index 1 under the training operator's numbering.
+    named = status["hang"]["ranks"][0]
+    assert (named["rank"], named["pod"]) == (2, "hung-worker-1"), status["hang"]
