@@ -146,10 +146,14 @@ def run_one(cluster, api: k8s.ApiClient, jobs: int, args, root: Path) -> dict:
         assert pid is not None
         load_start = os.getloadavg()[0]
         cpu_start, started = cpu_seconds(pid), time.monotonic()
+        calls_start = fleet.requests
         time.sleep(60 * args.minutes)
         cpu = cpu_seconds(pid) - cpu_start
         minutes = (time.monotonic() - started) / 60
-        samples = jobs * minutes * 60 / args.interval
+        # Each sample of a job calls the agent of each of its pods once; the operator's
+        # sample budget may take fewer than the interval asks for.
+        samples = (fleet.requests - calls_start) / PODS_PER_JOB
+        asked = jobs * minutes * 60 / args.interval
         reasons = firing_reasons(custom, namespace)
         watched_hours = (time.monotonic() - answered) / 3600
         return {
@@ -158,6 +162,8 @@ def run_one(cluster, api: k8s.ApiClient, jobs: int, args, root: Path) -> dict:
             "interval_seconds": args.interval,
             "cpu_seconds_per_minute": round(cpu / minutes, 2),
             "cpu_ms_per_job_sample": round(1000 * cpu / samples, 2),
+            "job_samples_per_second": round(samples / (minutes * 60), 2),
+            "job_samples_asked_per_second": round(asked / (minutes * 60), 2),
             "rss_mib": memory_mib(pid, "VmRSS"),
             "peak_rss_mib": memory_mib(pid, "VmHWM"),
             "load_average": [round(load_start, 2), round(os.getloadavg()[0], 2)],

@@ -36,6 +36,7 @@ import selectors
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -124,12 +125,20 @@ class _SharedServer(AgentHttpServer):
 
     request_queue_size = 128
 
-    def __init__(self, agent: Agent, config: SidecarSettings, handlers: ThreadPoolExecutor):
+    def __init__(
+        self,
+        agent: Agent,
+        config: SidecarSettings,
+        handlers: ThreadPoolExecutor,
+        counted: Callable[[], None],
+    ):
         self._handlers = handlers
+        self._counted = counted
         super().__init__(agent, config, _RecordingVerifier(config))
         self.timeout = 0.1
 
     def process_request(self, request, client_address) -> None:
+        self._counted()
         self._handlers.submit(self.process_request_thread, request, client_address)
 
 
@@ -270,6 +279,12 @@ class AgentFleet:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self.global_step = 0
+        self.requests = 0  # connections the pods' agent servers took (benchmarks count calls)
+        self._requests_lock = threading.Lock()
+
+    def _count_request(self) -> None:
+        with self._requests_lock:
+            self.requests += 1
 
     def add_pods(
         self, core: Any, names: list[str], ranks_per_pod: int, job: str = "fleet"
@@ -340,7 +355,7 @@ class AgentFleet:
         )
         config.agent_dir.mkdir(parents=True, exist_ok=True)
         agent = Agent(config, publisher=self.publisher)
-        server = _SharedServer(agent, config, self.handlers)
+        server = _SharedServer(agent, config, self.handlers, self._count_request)
         pod = FleetPod(name, index, config.host, node, self, agent, server)
         for local in range(ranks_per_pod):
             rank = SimulatedRank(first_rank + local, local, world, pod)
