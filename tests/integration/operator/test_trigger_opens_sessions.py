@@ -281,3 +281,36 @@ def test_a_namespace_past_its_triggers_waits_with_the_reason(
     # No pods match: the seated ones say so; the newest waits for a seat.
     assert {reasons[n] for n in names[:-1]} == {"JobUnreachable"}, reasons
     assert reasons[names[-1]] == "TooManyTriggers", reasons
+
+
+@pytest.fixture
+def paced_operator(local_cluster, session_crds, fleet, tmp_path):
+    """The operator allowed one job sample every ten seconds, operator-wide."""
+    local_cluster.kubectl(
+        "wait", "--for=condition=Established", "--timeout=60s", "crd/profiletriggers.stepscope.dev"
+    )
+    env = operator_env(
+        local_cluster,
+        STEPSCOPE_AGENT_PORT=str(fleet.port),
+        STEPSCOPE_TRIGGER_SAMPLES_PER_SECOND="0.1",
+    )
+    process = OperatorProcess(env, tmp_path / "operator.log")
+    process.start()
+    yield process
+    process.stop()
+    print(process.logs()[-4000:])
+
+
+def test_a_trigger_paced_by_the_operators_budget_says_its_sample_was_late(
+    local_cluster, namespace, fleet, paced_operator
+):
+    """A 5 s interval against a budget of one sample per 10 s: every sample after the first
+    waits about 5 s for its turn, and the trigger's Ready condition says why."""
+    local_cluster.kubectl("apply", "-f", "-", input=json.dumps(trigger_manifest(namespace)))
+    wait_until(
+        lambda: " s late" in ready_message(local_cluster, namespace), 60, "a late sample told"
+    )
+    message = ready_message(local_cluster, namespace)
+    assert "the operator samples at most 0.1 jobs a second across all triggers" in message
+    assert "STEPSCOPE_TRIGGER_SAMPLES_PER_SECOND" in message
+    assert get_trigger(local_cluster, namespace)["status"]["jobsWatched"] == 1
