@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from e2e_platform import E2EPlatform, stop_audited_operator
+from e2e_platform import E2EPlatform, SharedHostDir, stop_audited_operator
 from support import wait_until
 from support.operator_helpers import (
     AGENT_KEYRING,
@@ -150,3 +150,12 @@ def injecting_operator(trainer_platform, tmp_path) -> Iterator[OperatorProcess]:
     yield process
     stop_injecting_operator(trainer_platform.cluster, process)
     print(process.logs()[-8000:])
+
+
+@pytest.fixture
+def knobs() -> Iterator[SharedHostDir]:
+    """A directory for knob files the test writes and the trainers read each step
+    (``ddp_job.py --extra-compute-file``), on either platform."""
+    shared = SharedHostDir()
+    yield shared
+    shared.remove()

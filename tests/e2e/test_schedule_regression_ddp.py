@@ -21,11 +21,9 @@ wait has a deadline.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 import pytest
 from e2e_helpers import apply, pytorchjob, running_pods
-from e2e_platform import SharedHostDir
 from support import wait_until
 
 pytestmark = pytest.mark.e2e
@@ -33,14 +31,6 @@ pytestmark = pytest.mark.e2e
 SCHEDULE = "ddp-watch"
 EXTRA_COMPUTE_MS = "25"
 KNOB = "extra-compute-ms"
-
-
-@pytest.fixture
-def knobs() -> Iterator[SharedHostDir]:
-    """The knob file's directory, which the trainers read on either platform."""
-    shared = SharedHostDir()
-    yield shared
-    shared.remove()
 
 
 def _sessions(cluster, namespace: str) -> list[dict]:

@@ -11,11 +11,9 @@ step is +60%, far outside any band this machine's noise draws. Every wait has a 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 import pytest
 from e2e_helpers import apply, pytorchjob, running_pods
-from e2e_platform import SharedHostDir
 from stepscope_operator.triggers.opening import REASON_ANNOTATION, TRIGGER_LABEL
 from support import wait_until
 from support.operator_helpers import get_session, object_events, session_phase
@@ -26,13 +24,6 @@ pytestmark = pytest.mark.e2e
 
 KNOB = "extra-compute-ms"
 NAME = "ddp-watch"
-
-
-@pytest.fixture
-def knobs() -> Iterator[SharedHostDir]:
-    shared = SharedHostDir()
-    yield shared
-    shared.remove()
 
 
 def _trigger(namespace: str, job: str, hang_floor_seconds: int) -> dict:
