@@ -284,8 +284,10 @@ def test_a_namespace_past_its_triggers_waits_with_the_reason(
 
 
 @pytest.fixture
-def paced_operator(local_cluster, session_crds, fleet, tmp_path):
-    """The operator allowed one job sample every ten seconds, operator-wide."""
+def paced_operator(local_cluster, namespace, session_crds, fleet, tmp_path):
+    """The operator allowed one job sample every ten seconds, operator-wide, watching this
+    test's namespace only: other tests' triggers, in namespaces still being deleted, would
+    otherwise take turns of the budget first."""
     local_cluster.kubectl(
         "wait", "--for=condition=Established", "--timeout=60s", "crd/profiletriggers.stepscope.dev"
     )
@@ -293,6 +295,7 @@ def paced_operator(local_cluster, session_crds, fleet, tmp_path):
         local_cluster,
         STEPSCOPE_AGENT_PORT=str(fleet.port),
         STEPSCOPE_TRIGGER_SAMPLES_PER_SECOND="0.1",
+        STEPSCOPE_WATCH_NAMESPACE=namespace,
     )
     process = OperatorProcess(env, tmp_path / "operator.log")
     process.start()
