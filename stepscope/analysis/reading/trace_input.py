@@ -91,9 +91,10 @@ class LimitExceeded(ValueError):
 # not including, its closing quote). Both unroll the escape loop, the fast form in sre.
 _STRING_RE = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _STRING_REST_RE = re.compile(rb'[^"\\]*(?:\\.[^"\\]*)*', re.DOTALL)
-# Opening brackets become 2 and closing ones 0, so "value - 1" is the change in depth.
+# Brackets become "(" and ")", then 2 and 0, so "value - 1" is the change in depth.
 _PAIRED = bytes.maketrans(b"[{]}", b"(())")
 _DEPTH_STEPS = bytes.maketrans(b"()", b"\x02\x00")
+# Removals of inner bracket pairs before the depth bound is read (deepest_nesting).
 _PAIR_PASSES = 8
 _NOT_BRACKETS = bytes(set(range(256)) - set(b"[]{}"))
 _NOT_MARKS = bytes(set(range(256)) - set(b'"[]{}'))
