@@ -12,7 +12,10 @@ handler has checked the call's headers and signature. What a stranger can hold h
   head arrives at once.
 * A complete head goes to one of ``WORKER_THREADS`` threads, started once; at most
   ``MAX_QUEUED_REQUESTS`` more wait for one. Past that the acceptor answers 503 itself and
-  closes the connection, without starting a thread.
+  closes the connection, without starting a thread. A server may also give some requests a
+  lane of their own (`BoundedHTTPServer.lanes`: method and path to the most in hand at once),
+  judged by the acceptor from the request line: a crowd on a lane (unsigned scrapes) is refused
+  there and never takes the places the other calls (the operator's) are admitted to.
 * A worker reads a body only when the handler asks (`BoundedRequestHandler.read_body`), after
   it has accepted the head: exactly the declared length, within the body timeout. Replies are
   written within ``REPLY_TIMEOUT_SECONDS``.
@@ -58,6 +61,16 @@ class ReceivedHead:
     sock: socket.socket
     address: tuple
     head: bytes
+    lane: tuple[str, str] | None = None
+
+
+@dataclass(frozen=True)
+class Lane:
+    """Requests the acceptor admits apart from the rest: at most `in_hand` at once, being
+    served or waiting for a worker; past that each is answered 503 with `busy`."""
+
+    in_hand: int
+    busy: str
 
 
 @dataclass
@@ -76,6 +89,8 @@ class BoundedHTTPServer(HTTPServer):
     # The kernel completes connections into this backlog before the acceptor takes them; the
     # socketserver default of 5 makes a burst of connections wait a second for a SYN resend.
     request_queue_size = MAX_CONNECTIONS_RECEIVING_HEADS
+    # (method, path) -> its lane; requests on no lane share WORKER_THREADS + MAX_QUEUED_REQUESTS.
+    lanes: dict[tuple[str, str], Lane] = {}
 
     def __init__(
         self,
@@ -90,6 +105,7 @@ class BoundedHTTPServer(HTTPServer):
         # Calls handed to the workers, served or waiting; counted rather than bounded by the
         # queue's size, so a burst is not refused while idle workers have yet to take it.
         self._calls_in_hand = 0
+        self._lane_calls: dict[tuple[str, str], int] = dict.fromkeys(self.lanes, 0)
         self._calls_lock = threading.Lock()
         # Accept order, which is also deadline order: the first entry expires first.
         self._receiving: dict[socket.socket, _ReceivingHead] = {}
@@ -159,7 +175,10 @@ class BoundedHTTPServer(HTTPServer):
                 self.process_request_thread(received, received.address)
             finally:
                 with self._calls_lock:
-                    self._calls_in_hand -= 1
+                    if received.lane is None:
+                        self._calls_in_hand -= 1
+                    else:
+                        self._lane_calls[received.lane] -= 1
 
     def _accept(self, selector: selectors.BaseSelector) -> None:
         while True:
@@ -201,15 +220,32 @@ class BoundedHTTPServer(HTTPServer):
                 f"the request head passed {MAX_HEAD_BYTES} bytes",
             )
             return
+        lane = self._lane_of(receiving.head)
         with self._calls_lock:
-            admitted = self._calls_in_hand < WORKER_THREADS + MAX_QUEUED_REQUESTS
-            if admitted:
-                self._calls_in_hand += 1
+            if lane is None:
+                admitted = self._calls_in_hand < WORKER_THREADS + MAX_QUEUED_REQUESTS
+                if admitted:
+                    self._calls_in_hand += 1
+            else:
+                admitted = self._lane_calls[lane] < self.lanes[lane].in_hand
+                if admitted:
+                    self._lane_calls[lane] += 1
         if not admitted:
-            self._refuse(sock, HTTPStatus.SERVICE_UNAVAILABLE, "every worker is busy; try again")
+            busy = "every worker is busy; try again" if lane is None else self.lanes[lane].busy
+            self._refuse(sock, HTTPStatus.SERVICE_UNAVAILABLE, busy)
             return
         sock.setblocking(True)
-        self._queue.put(ReceivedHead(sock, receiving.address, bytes(receiving.head)))
+        self._queue.put(ReceivedHead(sock, receiving.address, bytes(receiving.head), lane))
+
+    def _lane_of(self, head: bytearray) -> tuple[str, str] | None:
+        """The lane of the request whose head is `head`, from its request line (method and
+        path, any query cut off); the handler parses the head again, this only sorts it."""
+        if not self.lanes:
+            return None
+        method, _, rest = bytes(head[: head.find(b"\n")]).partition(b" ")
+        path = rest.split(b" ", 1)[0].split(b"?", 1)[0]
+        key = (method.decode("latin-1"), path.decode("latin-1"))
+        return key if key in self.lanes else None
 
     def _expire(self, selector: selectors.BaseSelector) -> None:
         now = time.monotonic()

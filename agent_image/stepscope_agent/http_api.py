@@ -16,7 +16,9 @@ One path is not signed: ``GET /metrics``, the Prometheus exposition of the ranks
 telemetry (step_metrics), which Prometheus scrapes without credentials. It takes no body, its
 reply is rendered at most once a second whatever the number of scrapes, and at most
 ``MAX_CONCURRENT_SCRAPES`` of the server's workers serve it at once, so scrapers, honest or
-not, always leave workers for the operator.
+not, always leave workers for the operator. Scrapes come in on a lane of their own
+(``SCRAPE_LANE``): the acceptor refuses those past it at once, so a storm of them never fills
+the places where the operator's calls wait for a worker.
 """
 
 from __future__ import annotations
@@ -40,7 +42,12 @@ from stepscope.api.agent import (
     ErrorBody,
 )
 from stepscope.api.hang_dump import HANG_DUMPS_PATH, HangDumpRequest, PodHangDumps
-from stepscope_agent.bounded_http import BodyTimeout, BoundedHTTPServer, BoundedRequestHandler
+from stepscope_agent.bounded_http import (
+    BodyTimeout,
+    BoundedHTTPServer,
+    BoundedRequestHandler,
+    Lane,
+)
 from stepscope_agent.call_auth import CallRefused, CallVerifier, parse_trusted_keys
 from stepscope_agent.captures import CaptureConflict
 from stepscope_agent.grant_endpoint import ForeignGrantHost, check_grant_endpoints
@@ -68,6 +75,10 @@ MAX_CONCURRENT_SCRAPES = 2
 # How long a scrape waits for one of those slots before it is refused: a scraper that sends
 # its next request the moment it has read a reply can find the slot not yet given back.
 SCRAPE_SLOT_WAIT_S = 0.1
+SCRAPES_BUSY = f"{MAX_CONCURRENT_SCRAPES} scrapes are being answered; scrape again later"
+# Scrapes in hand at once: as many again as may be served wait (SCRAPE_SLOT_WAIT_S at most)
+# for a slot, so a scraper back the moment it read its reply is not refused for that.
+SCRAPE_LANE = Lane(in_hand=2 * MAX_CONCURRENT_SCRAPES, busy=SCRAPES_BUSY)
 
 
 class AgentService(Protocol):
@@ -93,6 +104,8 @@ class AgentService(Protocol):
 
 class AgentHttpServer(BoundedHTTPServer):
     """The bounded HTTP server that knows the agent it serves and whose calls it accepts."""
+
+    lanes = {("GET", METRICS_PATH): SCRAPE_LANE}
 
     def __init__(
         self, service: AgentService, config: SidecarSettings, verifier: CallVerifier | None = None
@@ -161,10 +174,7 @@ class AgentRequestHandler(BoundedRequestHandler):
         if self._declared_length() is None:
             return
         if not self.server.scrape_slots.acquire(timeout=SCRAPE_SLOT_WAIT_S):
-            self._error(
-                HTTPStatus.SERVICE_UNAVAILABLE,
-                f"{MAX_CONCURRENT_SCRAPES} scrapes are being answered; scrape again later",
-            )
+            self._error(HTTPStatus.SERVICE_UNAVAILABLE, SCRAPES_BUSY)
             return
         try:
             self._send(HTTPStatus.OK, self.server.service.metrics(), METRICS_CONTENT_TYPE)

@@ -1,6 +1,7 @@
 """Unsigned scrapes get a fixed share of the agent's HTTP workers: scrapes beyond it are
 answered 503 at once, and the operator's signed calls are still served while every scrape
-slot is held (a scraper that reads its reply slowly holds one)."""
+slot is held (a scraper that reads its reply slowly holds one), however many scrapes come
+at once."""
 
 from __future__ import annotations
 
@@ -9,8 +10,13 @@ import threading
 import time
 
 import pytest
-from stepscope_agent.bounded_http import WORKER_THREADS
-from stepscope_agent.http_api import MAX_CONCURRENT_SCRAPES, METRICS_PATH, AgentHttpServer
+from stepscope_agent.bounded_http import MAX_QUEUED_REQUESTS, WORKER_THREADS
+from stepscope_agent.http_api import (
+    MAX_CONCURRENT_SCRAPES,
+    METRICS_PATH,
+    SCRAPE_LANE,
+    AgentHttpServer,
+)
 from support.agent_http import serving_agent
 from support.operator_helpers import AGENT_KEYRING
 from support.raw_http import reply_status, request_head
@@ -77,4 +83,34 @@ def test_scrapes_past_their_share_are_refused_and_the_operator_is_still_served(s
             assert reply_status(again, wait_s=5)[0] == 200
     finally:
         for sock in held:
+            sock.close()
+
+
+def test_a_storm_of_scrapes_never_takes_the_operators_places(served):
+    """More scrapes at once than the server holds calls for (every worker and every queued
+    place): the acceptor refuses those past the scrape lane itself, so the operator's call that
+    comes right behind them is admitted and answered while two scrapes are still held."""
+    agent, server = served
+    held = [send(server, METRICS_PATH, {}) for _ in range(MAX_CONCURRENT_SCRAPES)]
+    storm: list[socket.socket] = []
+    try:
+        for _ in range(MAX_CONCURRENT_SCRAPES):
+            assert agent.scraping.acquire(timeout=5), "a scrape never reached the agent"
+        storm = [
+            send(server, METRICS_PATH, {}) for _ in range(WORKER_THREADS + MAX_QUEUED_REQUESTS)
+        ]
+        signed = AGENT_KEYRING.signed_headers("GET", STATUS_PATH, b"", "team-a", "w-0", "u-0")
+        with send(server, STATUS_PATH, signed) as operator_call:
+            status, reply = reply_status(operator_call, wait_s=5)
+            assert status == 200, reply
+        # The scrapes beyond the lane were refused as scrapes, not as calls past the workers.
+        for sock in storm:
+            status, reply = reply_status(sock, wait_s=5)
+            assert status == 503, reply
+            assert b"scrapes are being answered" in reply, reply
+        assert server.calls_in_hand == 0
+        assert SCRAPE_LANE.in_hand < WORKER_THREADS
+    finally:
+        agent.release.set()
+        for sock in held + storm:
             sock.close()
