@@ -43,7 +43,8 @@ def cmd_build(args: argparse.Namespace) -> int:
         print(bin_dir)
         ensure_controllers(bin_dir)
         return 0
-    from stepscope_dev.realnode.images import build_node_images
+    from stepscope_dev.realnode.image_store import prepared_root
+    from stepscope_dev.realnode.images import build_node_images, images_dir
     from stepscope_dev.realnode.packages import ensure_packages
 
     bin_dir = build.ensure_node_binaries()
@@ -57,8 +58,11 @@ def cmd_build(args: argparse.Namespace) -> int:
         raise SystemExit(
             f"the real node's images are not built: its runtime cannot be installed here: {error}"
         ) from error
-    for reference in vars(build_node_images()[0]).values():
+    images, archives = build_node_images()
+    for reference in vars(images).values():
         print(reference)
+    # Unpacked once here, so no node start inside a test's time limit pays the import.
+    print(prepared_root(images_dir(), archives, images.pause))
     return 0
 
 

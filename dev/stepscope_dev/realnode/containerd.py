@@ -41,18 +41,25 @@ def _toml_string(value: str) -> str:
     return json.dumps(value)
 
 
-def write_config(paths: ContainerdPaths, sandbox_image: str, cni_bin_dir: Path) -> None:
-    """containerd 1.6's configuration (version 2 schema) for one instance."""
+def write_config(paths: ContainerdPaths, sandbox_image: str, cni_bin_dir: Path | None) -> None:
+    """containerd 1.6's configuration (version 2 schema) for one instance. Without
+    ``cni_bin_dir`` it has no CRI plugin: an instance that only imports images (image_store)."""
     paths.dir.mkdir(parents=True, exist_ok=True)
     cri = 'plugins."io.containerd.grpc.v1.cri"'
+    # Snapshotters this VM cannot use would only log errors at every start.
+    disabled = [
+        "io.containerd.snapshotter.v1.btrfs",
+        "io.containerd.snapshotter.v1.zfs",
+        "io.containerd.snapshotter.v1.devmapper",
+        "io.containerd.snapshotter.v1.aufs",
+    ]
+    if cni_bin_dir is None:
+        disabled.append("io.containerd.grpc.v1.cri")
     lines = [
         "version = 2",
         f"root = {_toml_string(str(paths.root))}",
         f"state = {_toml_string(str(paths.state))}",
-        # Snapshotters this VM cannot use would only log errors at every start.
-        'disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", '
-        '"io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", '
-        '"io.containerd.snapshotter.v1.aufs"]',
+        f"disabled_plugins = {json.dumps(disabled)}",
         "[grpc]",
         f"  address = {_toml_string(str(paths.socket))}",
         "[ttrpc]",
@@ -61,31 +68,34 @@ def write_config(paths: ContainerdPaths, sandbox_image: str, cni_bin_dir: Path) 
         '  level = "info"',
         '[plugins."io.containerd.internal.v1.opt"]',
         f"  path = {_toml_string(str(paths.dir / 'opt'))}",
-        f"[{cri}]",
-        f"  sandbox_image = {_toml_string(sandbox_image)}",
-        "  netns_mounts_under_state_dir = true",
-        # This VM gives even root no CAP_SYS_RESOURCE, so no process may lower its
-        # oom_score_adj below containerd's own: runc would fail every sandbox ("failed to
-        # update /proc/self/oom_score_adj: Permission denied") writing the CRI's -998.
-        "  restrict_oom_score_adj = true",
-        '  stream_server_address = "127.0.0.1"',
-        '  stream_server_port = "0"',
-        "  enable_selinux = false",
-        # There is no AppArmor in this kernel; containerd skips the profile either way.
-        "  disable_apparmor = true",
-        f"[{cri}.cni]",
-        f"  bin_dir = {_toml_string(str(cni_bin_dir))}",
-        f"  conf_dir = {_toml_string(str(paths.cni_conf_dir))}",
-        "  max_conf_num = 1",
-        f"[{cri}.containerd]",
-        '  snapshotter = "overlayfs"',
-        '  default_runtime_name = "runc"',
-        f"[{cri}.containerd.runtimes.runc]",
-        '  runtime_type = "io.containerd.runc.v2"',
-        f"[{cri}.containerd.runtimes.runc.options]",
-        f"  BinaryName = {_toml_string(RUNC)}",
-        "  SystemdCgroup = false",
     ]
+    if cni_bin_dir is not None:
+        lines += [
+            f"[{cri}]",
+            f"  sandbox_image = {_toml_string(sandbox_image)}",
+            "  netns_mounts_under_state_dir = true",
+            # This VM gives even root no CAP_SYS_RESOURCE, so no process may lower its
+            # oom_score_adj below containerd's own: runc would fail every sandbox ("failed to
+            # update /proc/self/oom_score_adj: Permission denied") writing the CRI's -998.
+            "  restrict_oom_score_adj = true",
+            '  stream_server_address = "127.0.0.1"',
+            '  stream_server_port = "0"',
+            "  enable_selinux = false",
+            # There is no AppArmor in this kernel; containerd skips the profile either way.
+            "  disable_apparmor = true",
+            f"[{cri}.cni]",
+            f"  bin_dir = {_toml_string(str(cni_bin_dir))}",
+            f"  conf_dir = {_toml_string(str(paths.cni_conf_dir))}",
+            "  max_conf_num = 1",
+            f"[{cri}.containerd]",
+            '  snapshotter = "overlayfs"',
+            '  default_runtime_name = "runc"',
+            f"[{cri}.containerd.runtimes.runc]",
+            '  runtime_type = "io.containerd.runc.v2"',
+            f"[{cri}.containerd.runtimes.runc.options]",
+            f"  BinaryName = {_toml_string(RUNC)}",
+            "  SystemdCgroup = false",
+        ]
     paths.config.write_text("\n".join(lines) + "\n")
 
 

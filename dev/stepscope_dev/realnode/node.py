@@ -25,10 +25,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from stepscope_dev.build import cache_lock
 from stepscope_dev.kubeconfig import write_kubeconfig
 from stepscope_dev.processes import pid_alive, stop_pid
-from stepscope_dev.realnode import bridge_relay, cluster_dns, containerd, kubelet, network
-from stepscope_dev.realnode.images import NodeImages, build_node_images
+from stepscope_dev.realnode import (
+    bridge_relay,
+    cluster_dns,
+    containerd,
+    image_store,
+    kubelet,
+    network,
+)
+from stepscope_dev.realnode.images import NodeImages, build_node_images, images_dir
 from stepscope_dev.realnode.packages import ensure_packages
 
 READY_TIMEOUT_S = 180.0
@@ -168,6 +176,7 @@ def start_real_node(cluster: Any, *, die_with_parent: bool = False) -> RealNode:
         kubelet.create_cgroup_root(cgroup_root)
         network.write_cni_config(paths.cni_conf_dir, paths.cni_ipam_dir, state["bridge"], subnet)
         containerd.write_config(paths, images.pause, network.CNI_BIN_DIR)
+        linked = _link_images(paths, archives, images.pause)
         containerd_log = cluster.logs_dir / "containerd.log"
         cluster.pids["containerd"] = containerd.start_containerd(
             paths, containerd_log, die_with_parent=die_with_parent
@@ -177,11 +186,14 @@ def start_real_node(cluster: Any, *, die_with_parent: bool = False) -> RealNode:
             containerd.wait_containerd(paths, cluster.pids["containerd"], containerd_log)
         except (RuntimeError, TimeoutError) as error:
             raise RuntimeUnavailable(str(error)) from error
-        started = time.monotonic()
-        containerd.import_archives(paths, archives)
-        print(
-            f"[stepscope dev node] images imported in {time.monotonic() - started:.0f}s", flush=True
-        )
+        if not linked:
+            started = time.monotonic()
+            containerd.import_archives(paths, archives)
+            print(
+                f"[stepscope dev node] images imported in {time.monotonic() - started:.0f}s "
+                "(the cache is on another filesystem: its unpacked images cannot be linked)",
+                flush=True,
+            )
 
         scheduler_dir = root / "kube-scheduler"
         pki_module.issue_signed_cert(
@@ -258,6 +270,18 @@ def _mounts_under(directory: Path) -> list[str]:
         if point.startswith(prefix):
             points.append(point)
     return sorted(points, key=len, reverse=True)
+
+
+def _link_images(paths: containerd.ContainerdPaths, archives: list[Path], pause: str) -> bool:
+    """Give the node's containerd the images already unpacked in the cache (image_store);
+    False where the node must import them itself."""
+    # Under the cache's lock: a store made for newer images removes the older ones.
+    with cache_lock():
+        try:
+            template = image_store.prepared_root(images_dir(), archives, pause)
+        except (RuntimeError, TimeoutError) as error:
+            raise RuntimeUnavailable(str(error)) from error
+        return image_store.link_root(template, paths.root)
 
 
 def stop_real_node(cluster: Any) -> list[str]:
