@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 # Re-install only when the dependency pins change.
 VENV_STAMP := $(VENV)/.stepscope-installed
 
-.PHONY: venv binaries node-deps node-images browser crds docs-examples test test-unit test-realnode demo demo-process bench gpu-check lint clean-instance
+.PHONY: venv binaries node-deps node-images browser crds docs-examples docs-trigger-run test test-unit test-realnode demo demo-process bench gpu-check lint clean-instance
 
 venv: $(VENV_STAMP)
 
@@ -85,7 +85,15 @@ docs-examples: venv binaries
 	$(PY) -m stepscope_dev.diff_example
 	$(PY) -m stepscope_dev.report_picture
 	$(PY) -m stepscope_dev.schedule_example
+	$(PY) -m stepscope_dev.trigger_example
 	$(PY) -m stepscope_dev.reference_docs
+
+# The README's trigger section comes from a recorded real run (docs/examples/trigger-run/): a
+# ProfileTrigger firing on a 4-rank DDP PyTorchJob on the real node, minutes long. This runs it
+# again and renders the section and its plot from the new recording; `make docs-examples`
+# renders them from the committed one, and tests/unit/harness/test_trigger_example.py checks it.
+docs-trigger-run: venv binaries node-images
+	$(PY) -m stepscope_dev.trigger_example --record
 
 lint: venv
 	$(VENV)/bin/ruff check stepscope operator agent_image dev tests bench
