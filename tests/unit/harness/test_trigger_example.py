@@ -27,7 +27,7 @@ from stepscope_dev.trigger_example import (
     section_lines,
     section_of,
 )
-from stepscope_dev.trigger_plot import job_series, rank_series
+from stepscope_dev.trigger_plot import Scrape, job_series, rank_series
 from stepscope_dev.trigger_run import METRICS_COLUMNS, TRIGGER_MANIFEST, parse_step_duration
 from stepscope_operator.triggers.opening import REASON_ANNOTATION
 
@@ -158,3 +158,21 @@ def test_the_scraped_series_agrees_with_the_firing() -> None:
     # may grow by more than the compute each rank added, never by much less.
     added = run["extraComputeMs"]
     assert added / 2 <= statistics.median(after) - median <= 3 * added
+
+
+def test_a_ranks_step_time_is_the_rate_of_its_sum_over_the_rate_of_its_count() -> None:
+    # Rank 0 steps 6 times in 0.6 s, then not at all; rank 1 steps 3 times in 0.3 s each round.
+    scrapes = [
+        Scrape(100.0, "a", 0, 1.0, 10), Scrape(100.1, "b", 1, 2.0, 20),
+        Scrape(102.5, "a", 0, 1.6, 16), Scrape(102.6, "b", 1, 2.3, 23),
+        Scrape(105.0, "a", 0, 1.6, 16), Scrape(105.1, "b", 1, 2.6, 26),
+    ]  # fmt: skip
+    series = rank_series(scrapes)
+    assert {r: [(p.time, round(p.step_ms, 6)) for p in ps] for r, ps in series.items()} == {
+        0: [(102.5, 100.0)],
+        1: [(102.6, 100.0), (105.1, 100.0)],
+    }
+    assert [(p.time, p.step_ms) for p in job_series(series, 2.5)] == [
+        (102.5, pytest.approx(100.0)),
+        (105.1, pytest.approx(100.0)),
+    ]
