@@ -66,6 +66,14 @@ def session_prefix(prefix: str, namespace: str, name: str, uid: str) -> str:
     return "/".join(parts) + "/"
 
 
+def window_prefix(session_prefix: str, window: int) -> str:
+    """The folder of one window of a repeated session (spec.window.repeat), e.g.
+    `.../window-2/`: its rank folders and its own summary.json, beside the session's."""
+    if window < 1:
+        raise ValueError(f"window={window} must be >= 1")
+    return f"{session_prefix}window-{window}/"
+
+
 def rank_key(session_prefix: str, rank: int, artifact: RankArtifact | str) -> str:
     """The key of one rank's artifact, e.g. `.../rank-3/trace.json.gz`."""
     if rank < 0:

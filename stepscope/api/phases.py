@@ -74,6 +74,9 @@ class Reason(StrEnum):
     ANALYSIS_JOB_TIMED_OUT = "AnalysisJobTimedOut"
     ANALYSIS_JOB_NOT_CREATED = "AnalysisJobNotCreated"
     ANALYSIS_DEADLINE_EXCEEDED = "AnalysisDeadlineExceeded"
+    # Repeated windows (spec.window.repeat): one window merged alone, the next one planned.
+    WINDOW_JUDGED = "WindowJudged"
+    PLANNING_NEXT_WINDOW = "PlanningNextWindow"
     # After the end.
     RETENTION_ENDED = "RetentionEnded"
     ARTIFACTS_EXPIRED = "ArtifactsExpired"

@@ -25,7 +25,7 @@ from stepscope.api.rules import (
     object_name,
     rank_selection,
 )
-from stepscope.api.session_status import ProfileSessionStatus
+from stepscope.api.session_status import MAX_WINDOW_REPEAT, ProfileSessionStatus
 from stepscope.tiers import Tier
 
 GROUP = "stepscope.dev"
@@ -140,6 +140,15 @@ class WindowSpec(ApiModel):
             check=lambda window: window.timeout_seconds > window.lead_seconds,
             field_path=".timeoutSeconds",
         ),
+        CelRule(
+            cel="!has(self.startStep) || !has(self.repeat) || self.repeat == 1",
+            message=(
+                "window.startStep cannot be combined with window.repeat above 1: each window "
+                "starts where the operator plans it; unset startStep or set repeat to 1"
+            ),
+            check=lambda window: window.start_step is None or window.repeat == 1,
+            field_path=".repeat",
+        ),
     )
 
     steps: (
@@ -198,6 +207,22 @@ class WindowSpec(ApiModel):
         description=(
             "Desired state. Seconds from arming until the session gives up on ranks that "
             "have not delivered their capture, 1 to 86400. Default: 900."
+        ),
+    )
+    repeat: Annotated[
+        StrictInt,
+        in_range(
+            "window.repeat", 1, MAX_WINDOW_REPEAT, "the number of windows captured in sequence"
+        ),
+    ] = Field(
+        1,
+        description=(
+            "Desired state. Windows captured one after another, each a full window of the "
+            "same steps on every rank, judged together: a straggler is named only when it is "
+            "late in every window, a rank late in some windows only is a low finding. Each "
+            "window is planned after the previous one was collected, so some steps pass "
+            "between windows (status.windows shows each window's steps). 1 to 10; above 1 "
+            "needs startStep unset. Default: 1."
         ),
     )
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime
+from enum import StrEnum
 from typing import Self
 
 from pydantic import Field, model_validator
@@ -24,6 +25,10 @@ from stepscope.api.verdict import BaselineComparison, Summary
 from stepscope.failures import FailureCode
 from stepscope.rank_ranges import describe_ranks
 
+# Windows one session may capture in sequence (spec.window.repeat). Each window holds the
+# job's agents for a capture and status lists one line per window; ten windows make a
+# steady verdict and keep both bounded.
+MAX_WINDOW_REPEAT = 10
 # Lists of ranks in status name at most this many ranks; the counts say how many there were.
 MAX_LISTED_RANKS = 10
 FAILURE_REASON_MAX_LENGTH = 128
@@ -72,6 +77,41 @@ class StatusWindow(ApiModel):
         if self.start_step is not None and self.end_step is not None:
             self.range = f"{self.start_step}-{self.end_step}"
         return self
+
+
+class WindowState(StrEnum):
+    """Where one window of a repeated session is."""
+
+    CAPTURING = "Capturing"
+    JUDGED = "Judged"
+    FAILED = "Failed"
+
+
+class WindowProgress(ApiModel):
+    """One window of a repeated session (spec.window.repeat > 1), as far as it got."""
+
+    window: int = Field(ge=1, le=MAX_WINDOW_REPEAT, description="Observed state. 1-based.")
+    state: WindowState = Field(
+        description="Observed state. Capturing (armed or running), Judged (merged on its own) "
+        "or Failed (no rank delivered it)."
+    )
+    start_step: int | None = Field(None, ge=0, description="Observed state. First step.")
+    end_step: int | None = Field(None, ge=0, description="Observed state. Last step.")
+    captured: int | None = Field(
+        None, ge=0, description="Observed state. Ranks that captured this window."
+    )
+    expected: int | None = Field(None, ge=0, description="Observed state. Ranks planned.")
+    straggler: int | None = Field(
+        None, ge=0, description="Observed state. The window's own decided straggler, if any."
+    )
+    late_ranks: list[int] = Field(
+        default_factory=list,
+        max_length=MAX_LISTED_RANKS,
+        description=(
+            f"Observed state. Ranks late in this window alone, at most {MAX_LISTED_RANKS}; "
+            "the summary judges the windows together."
+        ),
+    )
 
 
 class RankRef(ApiModel):
@@ -240,7 +280,18 @@ class ProfileSessionStatus(ApiModel):
         None,
         description="Observed state. The resolved target as kind/name, for the Target column.",
     )
-    window: StatusWindow | None = Field(None, description="Observed state. The planned window.")
+    window: StatusWindow | None = Field(
+        None,
+        description="Observed state. The planned window (with repeat, the current window).",
+    )
+    windows: list[WindowProgress] = Field(
+        default_factory=list,
+        max_length=MAX_WINDOW_REPEAT,
+        description=(
+            "Observed state. With spec.window.repeat above 1: each window's steps and how far "
+            f"it got, at most {MAX_WINDOW_REPEAT}; empty for a single window."
+        ),
+    )
     ranks: RanksStatus | None = Field(None, description="Observed state. Rank accounting.")
     summary: Summary | None = Field(None, description="Observed state. The analysed result.")
     baseline_comparison: BaselineComparison | None = Field(

@@ -40,16 +40,18 @@ from stepscope_operator.sessions.status import (
 )
 from stepscope_operator.sessions.status_writer import StatusWriter
 from stepscope_operator.sessions.view import PersistedPlan, SessionView
+from stepscope_operator.sessions.windows import judge_together, judged, with_window
 from stepscope_operator.settings import session_retention
 from stepscope_operator.threads import computed, in_thread
 
 
 async def within_analysis_deadline(
     ctx: OperatorContext, writer: StatusWriter, analysis: Coroutine[Any, Any, None]
-) -> None:
+) -> bool:
     """Run the collecting and analysing within `analysis_deadline_seconds` of the window's
     end (so a restarted operator does not start the clock again); past it the session ends
-    Failed with reason AnalysisDeadlineExceeded instead of staying in Analyzing."""
+    Failed with reason AnalysisDeadlineExceeded instead of staying in Analyzing. False
+    when it ended so."""
     limit = ctx.settings.analysis_deadline_seconds
     remaining = limit
     ended = writer.status.window.end_time if writer.status.window else None
@@ -57,6 +59,7 @@ async def within_analysis_deadline(
         remaining = limit - (ctx.now() - ended).total_seconds()
     try:
         await asyncio.wait_for(analysis, max(remaining, 0.0))
+        return True
     except TimeoutError:
         message = (
             f"collecting and analysing did not finish within {limit:g}s of the window's end "
@@ -68,6 +71,7 @@ async def within_analysis_deadline(
             message,
             conditions=((ANALYZED, "False", Reason.ANALYSIS_DEADLINE_EXCEEDED, message),),
         )
+        return False
 
 
 async def collect_and_analyze(
@@ -80,7 +84,9 @@ async def collect_and_analyze(
     outcomes = judge_ranks(
         record.targets, observations, record.plan.start_step, record.plan.end_step
     )
-    prefix = view.prefix(ctx.settings)
+    # Where this window's ranks uploaded: the session's folder, or window-<n>/ inside it.
+    prefix = view.window_prefix(ctx.settings, record.window)
+    session_folder = view.prefix(ctx.settings)
     outcomes = await in_thread(
         view.namespace,
         enforce_rank_budgets,
@@ -95,7 +101,7 @@ async def collect_and_analyze(
     phase, reason, message = final_phase(ranks)
     captured = ((CAPTURED, "True" if ranks.captured else "False", reason, message),)
     if phase == Phase.FAILED:
-        await in_thread(view.namespace, ctx.buckets.abort_incomplete_uploads, prefix)
+        await in_thread(view.namespace, ctx.buckets.abort_incomplete_uploads, session_folder)
         await writer.enter(phase, reason, message, conditions=captured)
         return
     await writer.enter(
@@ -113,9 +119,18 @@ async def collect_and_analyze(
             view.namespace, merge_job, summaries, record.targets, fabric_options(ctx.settings)
         )
         await in_thread(view.namespace, write_job_summary, ctx.buckets, prefix, job)
+        windows = {}
+        verdict_job = job
+        if view.repeat > 1:
+            # Judged with the earlier windows; the report and merged trace stay this window's.
+            verdict_job, left_out = await judge_together(ctx, view, record, job)
+            notes += left_out
+            windows["windows"] = with_window(
+                writer.status.windows, judged(record, ranks.captured, job)
+            )
     except (MergeError, ValidationError) as exc:
         why = f"analysis failed: {exc}" + (f" ({'; '.join(notes)})" if notes else "")
-        await in_thread(view.namespace, ctx.buckets.abort_incomplete_uploads, prefix)
+        await in_thread(view.namespace, ctx.buckets.abort_incomplete_uploads, session_folder)
         await writer.enter(
             Phase.FAILED,
             Reason.ANALYSIS_FAILED,
@@ -123,9 +138,9 @@ async def collect_and_analyze(
             conditions=captured + ((ANALYZED, "False", Reason.ANALYSIS_FAILED, why),),
         )
         return
-    summary = summary_from_job(job, record.plan.step_time_ms)
-    comparison = await compare_with_baseline(ctx, view, job)
-    analyzed = verdict_line(job, summary)
+    summary = summary_from_job(verdict_job, record.plan.step_time_ms)
+    comparison = await compare_with_baseline(ctx, view, verdict_job)
+    analyzed = verdict_line(verdict_job, summary)
     verdict = captured + ((ANALYZED, "True", Reason.ANALYZED, analyzed),)
     baseline = {"baseline_comparison": status_record(comparison)} if comparison else {}
     # The verdict needs only the summaries, so it goes into the status now, before the
@@ -141,6 +156,7 @@ async def collect_and_analyze(
         conditions=verdict,
         summary=summary,
         **baseline,
+        **windows,
     )
     rendered = await render_artifacts(
         ctx.kube,
@@ -158,9 +174,16 @@ async def collect_and_analyze(
         ctx.now(),
     )
     notes += rendered.notes
-    await in_thread(view.namespace, ctx.buckets.abort_incomplete_uploads, prefix)
+    await in_thread(view.namespace, ctx.buckets.abort_incomplete_uploads, session_folder)
     artifacts = await in_thread(
-        view.namespace, publish_artifacts, ctx.buckets, prefix, ctx.now(), retention, rendered
+        view.namespace,
+        publish_artifacts,
+        ctx.buckets,
+        session_folder,
+        ctx.now(),
+        retention,
+        rendered,
+        prefix,
     )
     await writer.enter(
         phase,

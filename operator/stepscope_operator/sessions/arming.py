@@ -32,6 +32,7 @@ from stepscope_operator.sessions.probing import probe_agents
 from stepscope_operator.sessions.status import ARMED, CAPTURED, judge_ranks, tally_ranks
 from stepscope_operator.sessions.status_writer import StatusWriter
 from stepscope_operator.sessions.view import PersistedPlan, SessionView, save_plan
+from stepscope_operator.sessions.windows import capturing, with_window
 from stepscope_operator.storage.grant_ledger import GrantUse, grant_ledger
 from stepscope_operator.storage.grants import grant_lifetime
 from stepscope_operator.targets.resolving import group_by_pod
@@ -46,9 +47,14 @@ async def arm_record(
         Phase.PLANNING,
         Reason.ARMING,
         f"arming {len(group_by_pod(record.targets))} agent(s) for steps "
-        f"{record.plan.start_step}-{record.plan.end_step}",
+        f"{record.plan.start_step}-{record.plan.end_step}{window_words(view, record)}",
         window=StatusWindow(start_step=record.plan.start_step, end_step=record.plan.end_step),
         ranks=RanksStatus(expected=len(record.targets)),
+        **(
+            {"windows": with_window(writer.status.windows, capturing(record))}
+            if view.repeat > 1
+            else {}
+        ),
     )
     now = ctx.now()
     planned = {
@@ -72,7 +78,7 @@ async def arm_record(
                 ctx.agents(view.namespace),
                 ctx.buckets,
                 ctx.settings,
-                view.prefix(ctx.settings),
+                view.window_prefix(ctx.settings, record.window),
                 record.capture_id,
                 record.plan,
                 view.spec.granularity,
@@ -99,7 +105,8 @@ async def arm_record(
         )
         return
     message = (
-        f"armed {armed} agent(s) for steps {record.plan.start_step}-{record.plan.end_step}, "
+        f"armed {armed} agent(s) for steps {record.plan.start_step}-{record.plan.end_step}"
+        f"{window_words(view, record)}, "
         f"about {(record.plan.expected_start - ctx.now()).total_seconds():.0f}s from now"
         + (f"; {describe_unreachable(record.unreachable)}" if record.unreachable else "")
     )
@@ -109,6 +116,11 @@ async def arm_record(
         message,
         conditions=((ARMED, "True", Reason.AGENTS_ARMED, message),),
     )
+
+
+def window_words(view: SessionView, record: PersistedPlan) -> str:
+    """' (window 2 of 3)' for a repeated session's messages; nothing for a single window."""
+    return f" (window {record.window} of {view.repeat})" if view.repeat > 1 else ""
 
 
 def describe_unreachable(unreachable: dict[str, str]) -> str:
@@ -224,7 +236,7 @@ async def plan_further_ahead(
         attempt = len(record.missed_windows) + 1
         return record.model_copy(
             update={
-                "capture_id": f"{capture_id_for(view.name, view.uid)}-r{attempt}",
+                "capture_id": f"{capture_id_for(view.name, view.uid, record.window)}-r{attempt}",
                 "plan": plan,
                 "lead_seconds": decision.lead_seconds,
                 "missed_windows": [*record.missed_windows, decision.missed],

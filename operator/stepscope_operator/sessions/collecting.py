@@ -168,12 +168,14 @@ def publish_artifacts(
     now: datetime,
     retention: timedelta,
     rendered: RenderedArtifacts,
+    rendered_prefix: str | None = None,
 ) -> StatusArtifacts:
     """Describe what is stored: the prefix, its size, and the report and merged trace
-    when the analysis Job wrote them (`rendering.render_artifacts`)."""
+    when the analysis Job wrote them (`rendering.render_artifacts`) in `rendered_prefix`
+    (the session's folder, or a repeated session's last window's)."""
     total = sum(size for _, size in buckets.list_keys(prefix))
-    report = session_key(prefix, SessionArtifact.REPORT)
-    merged = session_key(prefix, SessionArtifact.MERGED_TRACE)
+    report = session_key(rendered_prefix or prefix, SessionArtifact.REPORT)
+    merged = session_key(rendered_prefix or prefix, SessionArtifact.MERGED_TRACE)
     return StatusArtifacts(
         uri=s3_uri(buckets.bucket, prefix),
         report=s3_uri(buckets.bucket, report) if rendered.report else None,

@@ -41,6 +41,7 @@ from stepscope_operator.sessions.view import (
     resume_line,
     save_plan,
 )
+from stepscope_operator.sessions.windows import judge_window
 from stepscope_operator.storage.grant_ledger import grant_ledger, last_grant_lapses
 from stepscope_operator.storage.retention import (
     PendingDelete,
@@ -110,12 +111,20 @@ async def drive_session(
         else:
             observations = await observe(ctx, view, record)
         missed = await replan_missed_window(ctx, view, writer, record, observations, stopped)
-        if missed is MISSED_NOTHING:
+        if missed is not MISSED_NOTHING:
+            record = missed
+        elif record.window < view.repeat:
+            # Not the last of a repeated session's windows: judge it alone, then the next.
+            if not await within_analysis_deadline(
+                ctx, writer, judge_window(ctx, view, writer, record, observations)
+            ):
+                return
+            record = await plan_next_window(ctx, view, writer, record, stopped)
+        else:
             await within_analysis_deadline(
                 ctx, writer, collect_and_analyze(ctx, view, writer, record, observations)
             )
             return
-        record = missed
 
 
 async def wait_for_turn(
@@ -177,15 +186,45 @@ async def plan_and_arm(
     return record if writer.phase == Phase.ARMED else None
 
 
-async def make_plan(
-    ctx: OperatorContext, view: SessionView, writer: StatusWriter, stopped: Any
+async def plan_next_window(
+    ctx: OperatorContext,
+    view: SessionView,
+    writer: StatusWriter,
+    record: PersistedPlan,
+    stopped: Any,
 ) -> PersistedPlan | None:
-    """Resolve the target's ranks, probe their agents and plan the window; retry while the
-    trainers have not started stepping, until timeoutSeconds after creation.
+    """Plan, persist and arm the window after `record`'s, as the first was: fresh probes, a
+    start past the ranks' highest step plus the lead. Its plan replaces plan.json before
+    any agent is armed, so a restart resumes at this window; a restart before that finds
+    the previous window's plan, whose agents still know its capture, and judges it again."""
+    await writer.enter(
+        Phase.PLANNING,
+        Reason.PLANNING_NEXT_WINDOW,
+        f"planning window {record.window + 1} of {view.repeat}",
+    )
+    nxt = await make_plan(ctx, view, writer, stopped, window=record.window + 1)
+    if nxt is None:
+        return None
+    await in_thread(view.namespace, save_plan, ctx, view, nxt)
+    await arm_record(ctx, view, writer, nxt)
+    return nxt if writer.phase == Phase.ARMED else None
+
+
+async def make_plan(
+    ctx: OperatorContext,
+    view: SessionView,
+    writer: StatusWriter,
+    stopped: Any,
+    window: int = 1,
+) -> PersistedPlan | None:
+    """Resolve the target's ranks, probe their agents and plan window `window`; retry while
+    the trainers have not started stepping, until timeoutSeconds after creation (for a
+    later window of a repeated session, after its planning began).
 
     While no pod of the target exists the session is parked and holds no slot (queueing.py);
     once its pods appear it takes a turn again before it probes them."""
     timeout = timedelta(seconds=view.spec.window.timeout_seconds)
+    since = view.created if window == 1 else ctx.now()
     # Resumed after a restart, a parked session stays parked: its Ready reason says so.
     parked = writer.phase == Phase.PLANNING and _ready_reason(writer) in PARKED_REASONS
     if writer.phase != Phase.PLANNING:
@@ -210,11 +249,11 @@ async def make_plan(
                     # Its pods are up and it holds a slot again: active from here on.
                     parked, last_written = False, None
                     await writer.enter(Phase.PLANNING)
-                outcome = await probe_and_plan(ctx, view, writer, targets, timeout)
+                outcome = await probe_and_plan(ctx, view, writer, targets, timeout, window)
             if not isinstance(outcome, tuple):
                 return outcome
             last_wait = outcome
-        if ctx.now() > view.created + timeout:
+        if ctx.now() > since + timeout:
             await writer.fail(
                 last_wait[0], f"gave up after spec.window.timeoutSeconds: {last_wait[1]}"
             )
@@ -236,6 +275,7 @@ async def probe_and_plan(
     writer: StatusWriter,
     targets: list[RankTarget],
     timeout: timedelta,
+    window: int = 1,
 ) -> PersistedPlan | tuple[Reason, str] | None:
     """Probe the target's agents and plan the window: the plan, or (reason, message) to try
     again after a poll, or None when the session ended."""
@@ -260,7 +300,8 @@ async def probe_and_plan(
             return None
         return exc.reason, str(exc)
     return PersistedPlan(
-        capture_id=capture_id_for(view.name, view.uid),
+        capture_id=capture_id_for(view.name, view.uid, window),
+        window=window,
         plan=plan,
         targets=targets,
         capture_deadline=now + timeout,

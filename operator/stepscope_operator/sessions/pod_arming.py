@@ -24,10 +24,13 @@ from stepscope_operator.targets.resolving import RankTarget
 from stepscope_operator.threads import in_thread
 
 
-def capture_id_for(name: str, uid: str) -> str:
-    """A DNS-1123 label unique to this session object: its name plus the start of its uid."""
-    stem = re.sub(r"[^a-z0-9-]", "-", name.lower())[:50].strip("-") or "session"
-    return f"{stem}-{uid.replace('-', '')[:8].lower()}"
+def capture_id_for(name: str, uid: str, window: int = 1) -> str:
+    """A DNS-1123 label unique to this session object and window: its name plus the start of
+    its uid, and `-w<n>` for window n > 1 of a repeated session (the name is cut shorter
+    there, so that a re-plan's `-r<n>` still fits in 63 characters)."""
+    stem = re.sub(r"[^a-z0-9-]", "-", name.lower())[: 50 if window == 1 else 44].strip("-")
+    suffix = f"-w{window}" if window > 1 else ""
+    return f"{stem or 'session'}-{uid.replace('-', '')[:8].lower()}{suffix}"
 
 
 def build_capture_request(

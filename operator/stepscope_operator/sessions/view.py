@@ -13,7 +13,7 @@ from pydantic import BaseModel
 from stepscope.api.phases import Phase
 from stepscope.api.session import ProfileSessionSpec, describe_target
 from stepscope.api.session_status import ProfileSessionStatus
-from stepscope.storage import SessionArtifact, session_key, session_prefix
+from stepscope.storage import SessionArtifact, session_key, session_prefix, window_prefix
 from stepscope_operator.context import OperatorContext
 from stepscope_operator.sessions.planning import WindowPlan
 from stepscope_operator.settings import OperatorSettings
@@ -74,6 +74,16 @@ class SessionView:
     def prefix(self, settings: OperatorSettings) -> str:
         return session_prefix(settings.s3_prefix, self.namespace, self.name, self.uid)
 
+    @property
+    def repeat(self) -> int:
+        return self.spec.window.repeat
+
+    def window_prefix(self, settings: OperatorSettings, window: int) -> str:
+        """Where window `window`'s ranks upload: the session's folder for a single window,
+        `window-<n>/` inside it when the session repeats its window."""
+        base = self.prefix(settings)
+        return window_prefix(base, window) if self.repeat > 1 else base
+
 
 class PersistedPlan(BaseModel):
     """The plan of one session, stored as plan.json next to its artifacts before any agent
@@ -88,6 +98,9 @@ class PersistedPlan(BaseModel):
     # led to a re-plan with a longer lead (`lead_seconds`) and a new capture id.
     missed_windows: list[str] = []
     lead_seconds: float | None = None
+    # Which window of spec.window.repeat this plan captures, from 1; plan.json always holds
+    # the current window's plan, so a restarted operator resumes inside the sequence.
+    window: int = 1
 
     def targets_of(self, pods: Iterable[str]) -> list[RankTarget]:
         """The ranks of `pods`, for a round of calls to those pods' agents."""
@@ -101,7 +114,9 @@ def resume_line(view: SessionView, phase: Phase, record: PersistedPlan) -> str:
     plan = record.plan
     return (
         f"session {view.namespace}/{view.name} resumed in phase {phase} with its persisted "
-        f"plan: steps {plan.start_step}-{plan.end_step}, capture {record.capture_id}, "
+        f"plan: steps {plan.start_step}-{plan.end_step}"
+        + (f" (window {record.window} of {view.repeat})" if view.repeat > 1 else "")
+        + f", capture {record.capture_id}, "
         f"deadline {record.capture_deadline.isoformat()}"
     )
 

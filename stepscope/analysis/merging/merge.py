@@ -103,10 +103,10 @@ def _per_step_breakdown(summary: RankSummary, steps: set[int]) -> Breakdown:
     if not chosen:
         return summary.breakdown
     total = sum((r.breakdown for r in chosen), Breakdown())
-    return _scaled(total, 1.0 / len(chosen))
+    return scaled_breakdown(total, 1.0 / len(chosen))
 
 
-def _scaled(breakdown: Breakdown, factor: float) -> Breakdown:
+def scaled_breakdown(breakdown: Breakdown, factor: float) -> Breakdown:
     fields = (*Breakdown.CATEGORIES, "comm_overlapped_ms", "total_ms")
     return Breakdown(**{name: round(getattr(breakdown, name) * factor, 3) for name in fields})
 
@@ -133,7 +133,7 @@ def _step_imbalance(summaries: list[RankSummary], common: list[int]) -> list[Ste
     return imbalances
 
 
-def _bottleneck(
+def name_bottleneck(
     breakdown: Breakdown, wait_ms: float, pattern: LatenessPattern, decided: bool = True
 ) -> tuple[str, str | None]:
     """The dominant category, naming what stalls the step rather than compute
@@ -213,7 +213,7 @@ def merge_ranks(
     where = {rank: Placement(pod=pod, node=node) for rank, (pod, node) in (placement or {}).items()}
     ranges, common, misaligned = _step_ranges(summaries)
     per_rank = [_per_step_breakdown(s, set(common)) for s in summaries]
-    mean_breakdown = _scaled(sum(per_rank, Breakdown()), 1.0 / len(per_rank))
+    mean_breakdown = scaled_breakdown(sum(per_rank, Breakdown()), 1.0 / len(per_rank))
     median_step_ms = _median([b.total_ms for b in per_rank])
     notes = [f"rank {s.rank}: {note}" for s in summaries for note in s.source_notes]
     notes += [f"rank {s.rank}: partial trace ({s.partial_reason})" for s in summaries if s.partial]
@@ -249,7 +249,7 @@ def merge_ranks(
         job.notes = [n for n in job.notes if not n.endswith(TIER_LIMIT_NOTE)]
         job.notes.append(f"rank(s) {timed}: {TIER_LIMIT_NOTE}")
         job.step_imbalance = [] if not traced else job.step_imbalance
-    job.bottleneck, job.bottleneck_reason = _bottleneck(
+    job.bottleneck, job.bottleneck_reason = name_bottleneck(
         mean_breakdown,
         job.wait_ms,
         job.lateness_pattern,

@@ -205,6 +205,19 @@ class StepRange(_Model):
     steps: int
 
 
+class WindowVerdict(_Model):
+    """One window of a repeated session (spec.window.repeat), as it was judged alone."""
+
+    window: int = Field(description="1-based position in the sequence.")
+    first_step: int | None = None
+    last_step: int | None = None
+    ranks: int = Field(0, description="Ranks merged in this window.")
+    median_step_ms: float = 0.0
+    straggler: int | None = Field(None, description="The window's own decided straggler.")
+    late_ranks: list[int] = Field(default_factory=list, description="Late in this window.")
+    bottleneck: str = "unknown"
+
+
 JOB_SCHEMA_VERSION = 1
 
 
@@ -281,6 +294,13 @@ class JobSummary(_Model):
     )
     findings: list[Finding] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
+    windows: list[WindowVerdict] = Field(
+        default_factory=list,
+        description=(
+            "With spec.window.repeat: each window as judged alone; the rest of the summary "
+            "judges them together (merging/windows.py). Empty for a single window."
+        ),
+    )
 
     def rank_summary(self, rank: int) -> RankSummary:
         return next(summary for summary in self.ranks if summary.rank == rank)

@@ -88,6 +88,7 @@ def test_examples_apply_server_side_with_defaults(crds_installed, namespace) -> 
         "warmupSteps": 1,
         "leadSeconds": 10,
         "timeoutSeconds": 900,
+        "repeat": 1,
     }
     assert schedule["spec"]["sessionTemplate"]["target"]["ranks"] == "all"
     listed = crds_installed.kubectl("get", "stepscope", "-n", namespace, "-o", "name").stdout
@@ -157,6 +158,16 @@ INVALID_SESSIONS = {
         {"target": {"pytorchJob": "a"}, "window": {"leadSeconds": 60, "timeoutSeconds": 30}},
         "spec.window.timeoutSeconds",
         "window.timeoutSeconds must be greater than window.leadSeconds",
+    ),
+    "too many windows": (
+        {"target": {"pytorchJob": "a"}, "window": {"repeat": 11}},
+        "spec.window.repeat",
+        "window.repeat must be between 1 and 10",
+    ),
+    "repeat with a fixed start": (
+        {"target": {"pytorchJob": "a"}, "window": {"repeat": 2, "startStep": 100}},
+        "spec.window.repeat",
+        "window.startStep cannot be combined with window.repeat above 1",
     ),
     "retention in days": (
         {"target": {"pytorchJob": "a"}, "artifacts": {"retention": "7d"}},

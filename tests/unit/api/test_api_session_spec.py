@@ -144,6 +144,13 @@ BAD_SPECS = {
         "window.timeoutSeconds must be greater than window.leadSeconds",
     ),
     "steps as a string": (spec(window={"steps": "5"}), "window.steps", "valid integer"),
+    "no windows": (spec(window={"repeat": 0}), "window.repeat", "between 1 and 10"),
+    "too many windows": (spec(window={"repeat": 11}), "window.repeat", "between 1 and 10"),
+    "repeat with a fixed start": (
+        spec(window={"repeat": 3, "startStep": 500}),
+        "window",
+        "unset startStep or set repeat to 1",
+    ),
     "retention in days": (
         spec(artifacts={"retention": "7d"}),
         "artifacts.retention",

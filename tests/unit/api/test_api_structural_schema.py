@@ -87,7 +87,10 @@ def test_session_schema_carries_the_rules() -> None:
         "warmupSteps": 1,
         "leadSeconds": 10,
         "timeoutSeconds": 900,
+        "repeat": 1,
     }
+    repeat = window["properties"]["repeat"]
+    assert (repeat["minimum"], repeat["maximum"], repeat["default"]) == (1, 10, 1)
     assert spec["properties"]["artifacts"]["default"] == {}
     assert spec["properties"]["granularity"]["enum"] == ["steps", "ops", "full"]
     assert spec["required"] == ["target"]
