@@ -275,10 +275,11 @@ async def probe_and_plan(
     writer: StatusWriter,
     targets: list[RankTarget],
     timeout: timedelta,
-    window: int = 1,
+    number: int = 1,
 ) -> PersistedPlan | tuple[Reason, str] | None:
-    """Probe the target's agents and plan the window: the plan, or (reason, message) to try
-    again after a poll, or None when the session ended."""
+    """Probe the target's agents and plan the window (window `number` of a repeated session):
+    the plan, or (reason, message) to try again after a poll, or None when the session
+    ended."""
     probing = time.monotonic()
     # The targets were resolved from the API server just now: their addresses are current.
     probes = await probe_agents(ctx.agents(view.namespace), planned_addresses(targets))
@@ -300,8 +301,8 @@ async def probe_and_plan(
             return None
         return exc.reason, str(exc)
     return PersistedPlan(
-        capture_id=capture_id_for(view.name, view.uid, window),
-        window=window,
+        capture_id=capture_id_for(view.name, view.uid, number),
+        window=number,
         plan=plan,
         targets=targets,
         capture_deadline=now + timeout,

@@ -143,6 +143,9 @@ async def judge_window(
         said,
         windows=with_window(writer.status.windows, progress),
     )
+    # The phase does not change between windows, so no phase Event tells the story: one
+    # Event per window does, for `kubectl describe`.
+    await ctx.kube.post_event(view.body, "Normal", Reason.WINDOW_JUDGED, said)
 
 
 def load_window_summaries(
