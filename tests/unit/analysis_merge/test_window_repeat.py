@@ -11,6 +11,7 @@ import random
 import pytest
 from synthetic_ranks import rank_summary
 
+from stepscope.analysis.comparing.step_comparison import job_step_times
 from stepscope.analysis.merging.deciding import HEADLINE_MAX_P
 from stepscope.analysis.merging.merge import merge_ranks
 from stepscope.analysis.merging.windows import combine_windows, fisher_p
@@ -126,3 +127,12 @@ def test_windows_too_short_to_decide_alone_decide_together():
 def test_one_window_is_its_own_verdict():
     window = _window(0, 8, {3: 30_000.0})
     assert combine_windows([window]) is window
+
+
+def test_step_times_for_regressions_read_every_window():
+    # A schedule's regression test compares job step times (step_comparison.job_step_times):
+    # a repeated session's are those of all its windows, in order, not the last one's.
+    windows = [_window(i, 4, {}) for i in range(3)]
+    combined = combine_windows(windows)
+    assert job_step_times(combined) == [t for w in windows for t in job_step_times(w)]
+    assert len(job_step_times(combined)) == 3 * STEPS

@@ -154,3 +154,18 @@ def test_interval_sessions_are_named_per_second():
     second = session_for_tick(schedule, _spec(every="30s"), at(1, 30))
     assert first["metadata"]["name"] == f"fast-{int(at(1).timestamp())}"
     assert first["metadata"]["name"] != second["metadata"]["name"]
+
+
+def test_a_schedule_template_may_repeat_its_window():
+    # The schedule's sessions repeat the window as the template says; their regression
+    # verdict reads the combined summary.json, which holds every window's steps.
+    spec = ProfileScheduleSpec(
+        schedule="*/5 * * * *",
+        session_template=ProfileSessionSpec.model_validate(
+            {"target": {"pytorchJob": "llama"}, "window": {"steps": 8, "repeat": 3}}
+        ),
+    )
+    schedule = {"metadata": {"name": "nightly", "namespace": "team-a", "uid": "u-1"}}
+    session = session_for_tick(schedule, spec, at(5))
+    assert session["spec"]["window"]["repeat"] == 3
+    assert ProfileSessionSpec.model_validate(session["spec"]).window.repeat == 3

@@ -1,5 +1,9 @@
-import pytest
+import re
 
+import pytest
+from stepscope_operator.sessions.pod_arming import capture_id_for
+
+from stepscope.api.agent import CAPTURE_ID_PATTERN
 from stepscope.storage import (
     RankArtifact,
     SessionArtifact,
@@ -7,6 +11,7 @@ from stepscope.storage import (
     s3_uri,
     session_key,
     session_prefix,
+    window_prefix,
 )
 
 
@@ -36,3 +41,20 @@ def test_bad_segments_are_refused():
         rank_key("p/", 0, "secrets.txt")
     with pytest.raises(ValueError, match="rank"):
         rank_key("p/", -1, RankArtifact.TRACE)
+
+
+def test_each_window_of_a_repeated_session_has_its_own_folder_and_capture_id():
+    prefix = session_prefix("stepscope", "team-a", "llama-ft-1", "abc-123")
+    second = window_prefix(prefix, 2)
+    assert second == "stepscope/team-a/llama-ft-1/abc-123/window-2/"
+    assert rank_key(second, 3, RankArtifact.TRACE).endswith("abc-123/window-2/rank-3/trace.json.gz")
+    with pytest.raises(ValueError, match="window=0"):
+        window_prefix(prefix, 0)
+    uid = "9de69486-0000-4000-8000-000000000000"
+    assert capture_id_for("nightly", uid) == "nightly-9de69486"
+    assert capture_id_for("nightly", uid, 1) == "nightly-9de69486"
+    ids = {capture_id_for("nightly", uid, n) for n in range(1, 11)}
+    assert len(ids) == 10 and capture_id_for("nightly", uid, 10) == "nightly-9de69486-w10"
+    # The longest name, at the last window and a re-plan's suffix, is still a capture id.
+    longest = f"{capture_id_for('x' * 253, uid, 10)}-r12"
+    assert len(longest) <= 63 and re.match(CAPTURE_ID_PATTERN, longest)
