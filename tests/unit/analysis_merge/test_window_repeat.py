@@ -109,7 +109,7 @@ def test_a_rank_late_in_one_window_only_is_a_low_finding_not_the_headline():
 
 def test_windows_too_short_to_decide_alone_decide_together():
     # 2 ranks x 5 steps: a rank last in every step gives p=0.06 at best, never a headline
-    # alone; four such windows give Fisher's p of 0.004, three only 0.0104.
+    # alone; four such windows give Fisher's p of 0.004, three only 0.0103.
     four = [_window(i, 2, {1: 20_000.0}, jitter_us=2_000.0) for i in range(4)]
     assert all(w.straggler is None and w.late_ranks == [1] for w in four)
     combined = combine_windows(four)
