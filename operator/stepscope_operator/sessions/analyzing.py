@@ -125,6 +125,10 @@ async def collect_and_analyze(
             # Judged with the earlier windows; the report and merged trace stay this window's.
             verdict_job, left_out = await judge_together(ctx, view, record, job)
             notes += left_out
+            message += (
+                f" (window {record.window} of {view.repeat}); "
+                f"{len(verdict_job.windows) or 1} window(s) judged together"
+            )
             windows["windows"] = with_window(
                 writer.status.windows, judged(record, ranks.captured, job)
             )

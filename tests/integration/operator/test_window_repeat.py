@@ -144,6 +144,8 @@ def assert_windows_captured_and_judged(local_cluster, namespace, name, status):
     finding = next(f for f in summary["findings"] if f["id"] == "straggler-rank")
     assert f"Late in all {REPEAT} windows" in finding["evidence"], finding
     assert not [f for f in summary["findings"] if f["id"] == "late-in-some-windows"]
+    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+    assert f"(window {REPEAT} of {REPEAT}); {REPEAT} window(s) judged together" in ready["message"]
     # kubectl describe tells the sequence: each window judged is an event of its own.
     events = session_events(local_cluster, namespace, name)
     judged = [e["message"] for e in events if e["reason"] == "WindowJudged"]
