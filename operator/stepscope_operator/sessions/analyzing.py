@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from stepscope.analysis.merging.merge import MergeError
+from stepscope.analysis.model.job_summary import JobSummary
 from stepscope.api.phases import Phase, Reason
 from stepscope.api.session_status import StatusWindow
 from stepscope_operator.context import OperatorContext
@@ -40,7 +41,12 @@ from stepscope_operator.sessions.status import (
 )
 from stepscope_operator.sessions.status_writer import StatusWriter
 from stepscope_operator.sessions.view import PersistedPlan, SessionView
-from stepscope_operator.sessions.windows import judge_together, judged, with_window
+from stepscope_operator.sessions.windows import (
+    judge_together,
+    judged,
+    judged_without_last,
+    with_window,
+)
 from stepscope_operator.settings import session_retention
 from stepscope_operator.threads import computed, in_thread
 
@@ -74,6 +80,37 @@ async def within_analysis_deadline(
         return False
 
 
+async def _merge_last_window(
+    ctx: OperatorContext,
+    view: SessionView,
+    writer: StatusWriter,
+    record: PersistedPlan,
+    summaries: list,
+    prefix: str,
+    captured: int,
+    message: str,
+    notes: list[str],
+) -> tuple[JobSummary, JobSummary, dict[str, Any], str]:
+    """Merge the (last) window's summaries and store its summary.json; with repeat, judge it
+    with the earlier windows. (its job, the verdict's job, status fields, the message)"""
+    # Merging is CPU work on tenant-written summaries: the compute thread, in turn.
+    job = await computed(
+        view.namespace, merge_job, summaries, record.targets, fabric_options(ctx.settings)
+    )
+    await in_thread(view.namespace, write_job_summary, ctx.buckets, prefix, job)
+    if view.repeat == 1:
+        return job, job, {}, message
+    # Judged with the earlier windows; the report and merged trace stay this window's.
+    verdict_job, left_out = await judge_together(ctx, view, record, job)
+    notes += left_out
+    message += (
+        f" (window {record.window} of {view.repeat}); "
+        f"{len(verdict_job.windows) or 1} window(s) judged together"
+    )
+    windows = {"windows": with_window(writer.status.windows, judged(record, captured, job))}
+    return job, verdict_job, windows, message
+
+
 async def collect_and_analyze(
     ctx: OperatorContext,
     view: SessionView,
@@ -99,49 +136,51 @@ async def collect_and_analyze(
     window = (writer.status.window or StatusWindow()).model_copy(update={"end_time": ctx.now()})
     await writer.enter(Phase.COLLECTING, ranks=ranks, window=window)
     phase, reason, message = final_phase(ranks)
-    captured = ((CAPTURED, "True" if ranks.captured else "False", reason, message),)
-    if phase == Phase.FAILED:
-        await in_thread(view.namespace, ctx.buckets.abort_incomplete_uploads, session_folder)
-        await writer.enter(phase, reason, message, conditions=captured)
-        return
-    await writer.enter(
-        Phase.ANALYZING,
-        Reason.MERGING,
-        f"merging {ranks.captured + ranks.misaligned} rank summaries",
-    )
-    summaries, notes = await in_thread(
-        view.namespace, gather_summaries, ctx.buckets, prefix, outcomes
-    )
-    retention = session_retention(view.spec.artifacts.retention, ctx.settings.default_retention)
-    try:
-        # Merging is CPU work on tenant-written summaries: the compute thread, in turn.
-        job = await computed(
-            view.namespace, merge_job, summaries, record.targets, fabric_options(ctx.settings)
-        )
-        await in_thread(view.namespace, write_job_summary, ctx.buckets, prefix, job)
-        windows = {}
-        verdict_job = job
-        if view.repeat > 1:
-            # Judged with the earlier windows; the report and merged trace stay this window's.
-            verdict_job, left_out = await judge_together(ctx, view, record, job)
-            notes += left_out
-            message += (
-                f" (window {record.window} of {view.repeat}); "
-                f"{len(verdict_job.windows) or 1} window(s) judged together"
-            )
-            windows["windows"] = with_window(
-                writer.status.windows, judged(record, ranks.captured, job)
-            )
-    except (MergeError, ValidationError) as exc:
-        why = f"analysis failed: {exc}" + (f" ({'; '.join(notes)})" if notes else "")
+    rescued = None
+    if phase == Phase.FAILED and view.repeat > 1:
+        # A last window no rank captured leaves the windows judged before it.
+        rescued = await judged_without_last(ctx, view, record, writer.status.windows)
+    if phase == Phase.FAILED and rescued is None:
         await in_thread(view.namespace, ctx.buckets.abort_incomplete_uploads, session_folder)
         await writer.enter(
-            Phase.FAILED,
-            Reason.ANALYSIS_FAILED,
-            why,
-            conditions=captured + ((ANALYZED, "False", Reason.ANALYSIS_FAILED, why),),
+            phase, reason, message, conditions=((CAPTURED, "False", reason, message),)
         )
         return
+    retention = session_retention(view.spec.artifacts.retention, ctx.settings.default_retention)
+    if rescued is not None:
+        # The report and merged trace come from the latest window that was judged.
+        job, prefix, verdict_job, notes = rescued
+        phase, reason = Phase.PARTIALLY_SUCCEEDED, Reason.SOME_RANKS_MISSING
+        message = (
+            f"no rank captured window {record.window} of {view.repeat} ({message}); "
+            f"{len(verdict_job.windows) or 1} earlier window(s) judged together"
+        )
+        windows = {"windows": with_window(writer.status.windows, judged(record, 0, None))}
+        captured = ((CAPTURED, "True", reason, message),)
+    else:
+        captured = ((CAPTURED, "True" if ranks.captured else "False", reason, message),)
+        await writer.enter(
+            Phase.ANALYZING,
+            Reason.MERGING,
+            f"merging {ranks.captured + ranks.misaligned} rank summaries",
+        )
+        summaries, notes = await in_thread(
+            view.namespace, gather_summaries, ctx.buckets, prefix, outcomes
+        )
+        try:
+            job, verdict_job, windows, message = await _merge_last_window(
+                ctx, view, writer, record, summaries, prefix, ranks.captured, message, notes
+            )
+        except (MergeError, ValidationError) as exc:
+            why = f"analysis failed: {exc}" + (f" ({'; '.join(notes)})" if notes else "")
+            await in_thread(view.namespace, ctx.buckets.abort_incomplete_uploads, session_folder)
+            await writer.enter(
+                Phase.FAILED,
+                Reason.ANALYSIS_FAILED,
+                why,
+                conditions=captured + ((ANALYZED, "False", Reason.ANALYSIS_FAILED, why),),
+            )
+            return
     summary = summary_from_job(verdict_job, record.plan.step_time_ms)
     comparison = await compare_with_baseline(ctx, view, verdict_job)
     analyzed = verdict_line(verdict_job, summary)

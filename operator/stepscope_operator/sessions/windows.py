@@ -148,6 +148,21 @@ async def judge_window(
     await ctx.kube.post_event(view.body, "Normal", Reason.WINDOW_JUDGED, said)
 
 
+def load_window_summary(buckets: Buckets, prefix: str) -> JobSummary | str:
+    """A window's stored summary.json, or why it cannot be read."""
+    stream = buckets.open_stream(session_key(prefix, SessionArtifact.SUMMARY))
+    if stream is None:
+        return "not judged, left out"
+    with stream:
+        raw = stream.read(MAX_WINDOW_SUMMARY_BYTES + 1)
+    if len(raw) > MAX_WINDOW_SUMMARY_BYTES:
+        return f"summary.json over {MAX_WINDOW_SUMMARY_BYTES} bytes, left out"
+    try:
+        return JobSummary.model_validate_json(raw)
+    except ValidationError as error:
+        return f"unreadable summary ({error.error_count()} errors), left out"
+
+
 def load_window_summaries(
     buckets: Buckets, prefix_of: Callable[[int], str], last: int
 ) -> tuple[dict[int, JobSummary], list[str]]:
@@ -155,41 +170,58 @@ def load_window_summaries(
     found: dict[int, JobSummary] = {}
     notes: list[str] = []
     for window in range(1, last):
-        key = session_key(prefix_of(window), SessionArtifact.SUMMARY)
-        stream = buckets.open_stream(key)
-        if stream is None:
-            notes.append(f"window {window}: not judged, left out")
-            continue
-        with stream:
-            raw = stream.read(MAX_WINDOW_SUMMARY_BYTES + 1)
-        if len(raw) > MAX_WINDOW_SUMMARY_BYTES:
-            notes.append(f"window {window}: summary.json over {MAX_WINDOW_SUMMARY_BYTES} bytes")
-            continue
-        try:
-            found[window] = JobSummary.model_validate_json(raw)
-        except ValidationError as error:
-            notes.append(f"window {window}: unreadable summary ({error.error_count()} errors)")
+        loaded = load_window_summary(buckets, prefix_of(window))
+        if isinstance(loaded, str):
+            notes.append(f"window {window}: {loaded}")
+        else:
+            found[window] = loaded
     return found, notes
 
 
 async def judge_together(
-    ctx: OperatorContext, view: SessionView, record: PersistedPlan, last: JobSummary
+    ctx: OperatorContext, view: SessionView, record: PersistedPlan, last: JobSummary | None
 ) -> tuple[JobSummary, list[str]]:
-    """The last window's summary with every earlier window's, judged together, and stored
-    as the session's summary.json; notes name any window left out."""
-    earlier, notes = await in_thread(
+    """The last window's summary (None when no rank captured it) with every earlier judged
+    window's, judged together and stored as the session's summary.json; notes name any
+    window left out. Raises MergeError when there is no window to judge."""
+    judged_windows, notes = await in_thread(
         view.namespace,
         load_window_summaries,
         ctx.buckets,
         lambda window: view.window_prefix(ctx.settings, window),
         record.window,
     )
-    earlier[record.window] = last
-    numbers = sorted(earlier)
+    if last is not None:
+        judged_windows[record.window] = last
+    if not judged_windows:
+        raise MergeError(f"none of the {view.repeat} windows was judged")
+    numbers = sorted(judged_windows)
     combined = await computed(
-        view.namespace, combine_windows, [earlier[n] for n in numbers], numbers
+        view.namespace, combine_windows, [judged_windows[n] for n in numbers], numbers
     )
     await in_thread(
         view.namespace, write_job_summary, ctx.buckets, view.prefix(ctx.settings), combined
     )
     return combined, notes
+
+
+async def judged_without_last(
+    ctx: OperatorContext,
+    view: SessionView,
+    record: PersistedPlan,
+    windows: list[WindowProgress],
+) -> tuple[JobSummary, str, JobSummary, list[str]] | None:
+    """When no rank captured the last window: the latest judged window's summary and folder
+    (for the report), and the judged windows judged together; None when none was judged."""
+    latest = max((w.window for w in windows if w.state == WindowState.JUDGED), default=None)
+    if latest is None:
+        return None
+    prefix = view.window_prefix(ctx.settings, latest)
+    job = await in_thread(view.namespace, load_window_summary, ctx.buckets, prefix)
+    if isinstance(job, str):
+        return None
+    try:
+        combined, notes = await judge_together(ctx, view, record, None)
+    except MergeError:
+        return None
+    return job, prefix, combined, notes

@@ -6,6 +6,7 @@ A session of three windows captures them one after another, each a full aligned 
 every rank under its own folder, judges each alone and then all together: the straggler,
 late in every window, is the headline with the windows' combined evidence. An operator
 stopped in the middle of the sequence and started again resumes at the window it was in.
+A last window that no rank captured leaves the windows judged before it.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ def fleet(local_cluster, namespace, tmp_path):
     fleet.stop()
 
 
-def start_operator(local_cluster, port, log_path):
+def start_operator(local_cluster, port, log_path, **extra):
     process = audited_operator(
         operator_env(
             local_cluster,
@@ -62,6 +63,7 @@ def start_operator(local_cluster, port, log_path):
             STEPSCOPE_PLAN_MIN_STEPS="3",
             STEPSCOPE_AGENT_CALL_ATTEMPTS="2",
             STEPSCOPE_AGENT_RETRY_BASE_SECONDS="0.05",
+            **extra,
         ),
         log_path,
     )
@@ -200,3 +202,54 @@ def test_an_operator_restarted_mid_sequence_resumes_at_its_window(
         planned["startStep"],
         planned["endStep"],
     )
+
+
+def test_a_last_window_no_rank_captured_leaves_the_judged_windows(
+    local_cluster, namespace, session_crds, tmp_path, pod_runner
+):
+    """Every sidecar goes away once the third window is armed: its ranks are missing, and
+    the session is judged on the two windows before it (PartiallySucceeded), not failed.
+    Steps of 0.4 s keep each window 2 s long, so the sidecars stop inside it."""
+    fleet = start_fleet(
+        local_cluster,
+        namespace,
+        tmp_path,
+        PODS,
+        RANKS_PER_POD,
+        step_s=0.4,
+        lateness=Lateness.straggler(STRAGGLER),
+    )
+    operator = start_operator(
+        local_cluster,
+        fleet.port,
+        tmp_path / "operator.log",
+        STEPSCOPE_AGENT_LOST_GRACE_SECONDS="3",
+    )
+
+    def last_window_armed():
+        status = (get_session(local_cluster, namespace, "cut-short") or {}).get("status", {})
+        windows = status.get("windows", [])
+        return status.get("phase") in ("Armed", "Capturing") and windows[-1]["window"] == REPEAT
+
+    try:
+        apply_repeated_session(local_cluster, namespace, "cut-short")
+        wait_until(last_window_armed, 240, "the last window armed", interval=0.1)
+        for pod in fleet.pods:
+            pod.stop_agent()
+        status = final_status(local_cluster, namespace, "cut-short", 300)
+    finally:
+        operator.stop()
+        print(operator.logs()[-6000:])
+        fleet.stop()
+    assert status["phase"] == "PartiallySucceeded", json.dumps(status, indent=1)
+    assert [(w["window"], w["state"]) for w in status["windows"]] == [
+        (1, "Judged"),
+        (2, "Judged"),
+        (3, "Failed"),
+    ]
+    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+    assert f"no rank captured window {REPEAT} of {REPEAT}" in ready["message"], ready
+    assert "2 earlier window(s) judged together" in ready["message"], ready
+    # Late in both windows judged: the straggler across them.
+    assert status["summary"]["straggler"]["rank"] == STRAGGLER, status["summary"]
+    assert status["artifacts"]["report"].endswith("window-2/report.html"), status["artifacts"]
