@@ -75,7 +75,7 @@ def _run(argv: list[str], what: str, *, cwd: Path | None = None) -> str:
     return result.stdout
 
 
-def _buildah(*args: str) -> list[str]:
+def buildah(*args: str) -> list[str]:
     # A store of our own under the cache: never the machine's /var/lib/containers.
     store = images_dir() / "buildah"
     return [
@@ -123,9 +123,7 @@ ARCHIVES_KEPT = 2
 def _export(reference: str, archive: Path) -> None:
     partial = archive.with_name(archive.name + ".partial")
     partial.unlink(missing_ok=True)
-    _run(
-        _buildah("push", reference, f"docker-archive:{partial}:{reference}"), f"export {reference}"
-    )
+    _run(buildah("push", reference, f"docker-archive:{partial}:{reference}"), f"export {reference}")
     partial.replace(archive)
     prune_archives(archive)
 
@@ -149,7 +147,7 @@ def prune_archives(newest: Path, kept: int = ARCHIVES_KEPT) -> list[Path]:
 def _has_image(reference: str) -> bool:
     return (
         subprocess.run(
-            _buildah("inspect", "--type", "image", reference), capture_output=True, check=False
+            buildah("inspect", "--type", "image", reference), capture_output=True, check=False
         ).returncode
         == 0
     )
@@ -193,13 +191,13 @@ def build_base() -> tuple[str, Path]:
         )
         partial.replace(rootfs)
         _log(f"base root filesystem made in {time.monotonic() - started:.0f}s")
-    container = _run(_buildah("from", "scratch"), "buildah from scratch").strip()
+    container = _run(buildah("from", "scratch"), "buildah from scratch").strip()
     try:
-        _run(_buildah("add", container, str(rootfs), "/"), "buildah add rootfs")
-        _run(_buildah("config", "--cmd", "/bin/bash", container), "buildah config")
-        _run(_buildah("commit", "--quiet", container, reference), "buildah commit base")
+        _run(buildah("add", container, str(rootfs), "/"), "buildah add rootfs")
+        _run(buildah("config", "--cmd", "/bin/bash", container), "buildah config")
+        _run(buildah("commit", "--quiet", container, reference), "buildah commit base")
     finally:
-        subprocess.run(_buildah("rm", container), capture_output=True, check=False)
+        subprocess.run(buildah("rm", container), capture_output=True, check=False)
     _export(reference, archive)
     return reference, archive
 
@@ -216,19 +214,19 @@ def build_pause() -> tuple[str, Path]:
     (src / "go.mod").write_text("module stepscope.local/build/pause\n\ngo 1.26\n")
     shutil.copyfile(PAUSE_SOURCE, src / "main.go")
     compile_package(src, ".", src / "pause", label="pause")
-    container = _run(_buildah("from", "scratch"), "buildah from scratch").strip()
+    container = _run(buildah("from", "scratch"), "buildah from scratch").strip()
     try:
         _run(
-            _buildah("copy", "--chmod", "0755", container, str(src / "pause"), "/pause"),
+            buildah("copy", "--chmod", "0755", container, str(src / "pause"), "/pause"),
             "copy pause",
         )
         _run(
-            _buildah("config", "--entrypoint", '["/pause"]', "--user", "65535:65535", container),
+            buildah("config", "--entrypoint", '["/pause"]', "--user", "65535:65535", container),
             "config pause",
         )
-        _run(_buildah("commit", "--quiet", container, reference), "buildah commit pause")
+        _run(buildah("commit", "--quiet", container, reference), "buildah commit pause")
     finally:
-        subprocess.run(_buildah("rm", container), capture_output=True, check=False)
+        subprocess.run(buildah("rm", container), capture_output=True, check=False)
     _export(reference, archive)
     return reference, archive
 
@@ -259,7 +257,7 @@ def build_dockerfile(
     started = time.monotonic()
     _log(f"building {reference} from {dockerfile.relative_to(REPO_ROOT)} with buildah")
     _run(
-        _buildah(
+        buildah(
             "bud",
             "--isolation",
             "chroot",

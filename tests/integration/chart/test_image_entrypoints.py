@@ -1,42 +1,52 @@
-"""The operator and agent images, built by replaying their Dockerfiles (no Docker engine here):
-each installs, holds only its own packages, and its entrypoint runs."""
+"""The operator and agent images exactly as the real node runs them (built from their
+Dockerfiles by `make node-images` with buildah; run here in a buildah working container, chroot
+and the host's network, no node): each holds only its own packages, runs as its unprivileged
+user, and its entrypoint runs."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
-from pathlib import Path
 
 import pytest
-from dockerfile_replay import replay
 from stepscope_dev.agent_calls import signed_call
+from stepscope_dev.realnode.image_container import image_container
+from stepscope_dev.realnode.images import build_node_images
 from stepscope_operator.agents.contract import HOOK_INSTALL_COMMAND, IMAGE_HOOK_DIR
 from stepscope_operator.agents.signing import AgentKeyring
 from support import free_port
 
 pytestmark = pytest.mark.integration
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
+# The images' USER: neither is root.
+IMAGE_USER = "65532:65532"
 
 
 @pytest.fixture(scope="module")
-def operator_image(tmp_path_factory):
-    return replay(
-        REPO_ROOT / "operator" / "Dockerfile", REPO_ROOT, tmp_path_factory.mktemp("operator-image")
-    )
+def node_images():
+    images, _ = build_node_images()
+    return images
 
 
 @pytest.fixture(scope="module")
-def agent_image(tmp_path_factory):
-    return replay(
-        REPO_ROOT / "agent_image" / "Dockerfile", REPO_ROOT, tmp_path_factory.mktemp("agent-image")
-    )
+def operator_image(node_images):
+    with image_container(node_images.operator) as container:
+        yield container
+
+
+@pytest.fixture(scope="module")
+def agent_image(node_images):
+    with image_container(node_images.agent) as container:
+        yield container
 
 
 def test_operator_entrypoint_answers_help(operator_image):
+    assert operator_image.entrypoint == ["stepscope-operator"]
+    assert operator_image.user == IMAGE_USER
     result = operator_image.run("--help")
     assert result.returncode == 0, result.stderr
     assert "--liveness" in result.stdout
@@ -59,10 +69,16 @@ def test_agent_image_has_no_torch_boto3_or_operator(agent_image):
 
 
 def test_agent_entrypoint_serves_its_api_to_signed_calls_only(agent_image, tmp_path):
+    assert agent_image.entrypoint == ["stepscope-agent"]
+    assert agent_image.user == IMAGE_USER
     port = free_port()
     keyring = AgentKeyring.generate()
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(tmp_path, 0o755)
+    os.chmod(shared, 0o777)  # the pods' emptyDir, written by the image's user
     env = {
-        "STEPSCOPE_AGENT_DIR": str(tmp_path / "shared"),
+        "STEPSCOPE_AGENT_DIR": "/shared",
         "STEPSCOPE_AGENT_TRUSTED_KEYS": keyring.trusted_keys_text(),
         "STEPSCOPE_STORAGE_ENDPOINT": "http://127.0.0.1:9",
         "STEPSCOPE_AGENT_PORT": str(port),
@@ -71,13 +87,12 @@ def test_agent_entrypoint_serves_its_api_to_signed_calls_only(agent_image, tmp_p
         "STEPSCOPE_POD_NAMESPACE": "team-a",
         "STEPSCOPE_POD_UID": "0f1e2d3c-0000-4000-8000-000000000001",
     }
-    command = [agent_image._resolve(agent_image.entrypoint[0])]
     process = subprocess.Popen(
-        command,
-        env={**agent_image.env, **env},
+        agent_image.command(agent_image.entrypoint, env, volumes={shared: "/shared"}),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        start_new_session=True,
     )
     try:
         url = f"http://127.0.0.1:{port}/v1/status"
@@ -110,8 +125,8 @@ def test_agent_entrypoint_serves_its_api_to_signed_calls_only(agent_image, tmp_p
             urllib.request.urlopen(url, timeout=2)
         assert refused.value.code == 401
     finally:
-        process.terminate()
-        process.wait(timeout=10)
+        os.killpg(process.pid, 15)
+        process.wait(timeout=30)
 
 
 def test_hook_install_command_copies_a_loadable_hook(agent_image, tmp_path):
@@ -119,7 +134,7 @@ def test_hook_install_command_copies_a_loadable_hook(agent_image, tmp_path):
     that a Python without torch imports without error."""
     destination = tmp_path / "shared" / "hook"
     destination.parent.mkdir()  # the emptyDir mount point, which Kubernetes creates
-    source = str(agent_image.path(IMAGE_HOOK_DIR))
+    source = str(agent_image.rootfs() / IMAGE_HOOK_DIR.lstrip("/"))
     command = [*HOOK_INSTALL_COMMAND[:-1], source, str(destination)]
     for _ in range(2):
         subprocess.run(command, check=True, timeout=30)
