@@ -45,11 +45,11 @@ node-images: venv binaries
 
 # Every tier, the real node's own tests included. The e2e tier runs its pods on the real node
 # (tests/e2e/e2e_platform.py; STEPSCOPE_E2E_NODE=process puts them on the process pod runner).
-# Side by side on TEST_WORKERS workers: each real-node tier on a worker of its own, in order, the other
-# modules spread over the rest (tests/support/parallel.py; its scheduler takes --dist loadscope).
-# Three: a fourth made no run shorter here (2 cores) and loaded the machine enough that the
-# hostile-tenant test's one-second bound on the operator's event loop was missed.
-TEST_WORKERS ?= 3
+# Side by side on TEST_WORKERS workers: the e2e verdicts, the rest of the e2e tier and the node's own
+# tests each on a worker of its own with its own node, in order, the other modules spread over
+# the workers as they come free (tests/support/parallel.py; its scheduler takes --dist loadscope).
+# Four: the three node groups start at once and most tests wait on processes, not the 2 cores.
+TEST_WORKERS ?= 4
 test: venv binaries node-images browser
 	$(VENV)/bin/pytest -ra --durations=15 -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder
 
