@@ -69,6 +69,7 @@ from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 from stepscope.analysis.model.collective_bandwidth import RankBandwidth
 from stepscope.analysis.model.counter_stats import CounterStats
+from stepscope.analysis.model.critical_path import CriticalPath
 from stepscope.analysis.model.launch_kinds import LaunchKinds
 from stepscope.analysis.model.loss_scaling import LossScaling
 from stepscope.analysis.model.utilization import Utilization
@@ -470,4 +471,9 @@ class RankSummary(_Model):
     )
     loss_scaling: LossScaling | None = Field(
         None, description="Steps a gradient scaler skipped; None without a scaler."
+    )
+    critical_path: CriticalPath | None = Field(
+        None,
+        description="Each step's critical path (its length, parts and longest segments), "
+        "or why it is unknown; None when the trace has no CPU ops.",
     )

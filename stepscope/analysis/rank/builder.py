@@ -34,6 +34,7 @@ from stepscope.analysis.rank.aggregates import (
 )
 from stepscope.analysis.rank.breakdowns import DeviceTotals, StepTotals, step_records
 from stepscope.analysis.rank.collective_bandwidth import CollectiveBandwidth
+from stepscope.analysis.rank.critical_path import PathEvents
 from stepscope.analysis.rank.launch_kinds import LaunchKindCounts, graph_note
 from stepscope.analysis.rank.loss_scaling import ScalerMarks
 from stepscope.analysis.rank.source_notes import (
@@ -118,6 +119,7 @@ class RankSummaryBuilder:
         self.flop_counts = FlopCounts()
         self.kernel_durations = KernelDurations()
         self.scaler_marks = ScalerMarks()
+        self.path_events = PathEvents()
         self.data_loading = [0, 0.0, 0.0]  # calls, total us, max us
         self.step_totals = StepTotals()
         self.device_totals = DeviceTotals()
@@ -172,6 +174,8 @@ class RankSummaryBuilder:
     def _count_unknown(self, event: TraceEvent) -> None:
         if event.cat == classify.GPU_SYNC_CATEGORY:
             self.launch_kinds.gpu_syncs += 1
+            args = event.args
+            self.path_events.sync(args.get("device", event.pid) if args else event.pid, args)
             return
         kind = f"{event.ph}:{event.cat}"[:UNKNOWN_KIND_CHARS]
         if kind not in self.unknown and len(self.unknown) >= MAX_UNKNOWN_KINDS:
@@ -191,6 +195,7 @@ class RankSummaryBuilder:
         self.cpu_ops += 1
         if dur < SHORT_OP_US:
             self.short_ops += 1
+        self.path_events.cpu_event(tid, name, start, dur, -1)
         if self.memory.ops is not None:
             self.memory.add_op(tid, name, start, dur)
         if self.nesting.push(tid, name, start, dur):
@@ -259,6 +264,7 @@ class RankSummaryBuilder:
         self.runtime_us += dur
         correlation = event[6].get("correlation") if event[6] else None
         self.launch_links.launched(correlation)
+        self.path_events.cpu_event(tid, name, start, dur, correlation)
         flags = self._runtime_flags.get(name)
         if flags is None:
             flags = (
@@ -300,6 +306,8 @@ class RankSummaryBuilder:
         start, end = event.ts, event.ts + event.dur
         correlation = args.get("correlation")
         self.launch_links.ran(correlation, event.dur)
+        stream = (device, args.get("stream", event.tid))
+        self.path_events.gpu_event(stream, event.name, start, event.dur, correlation)
         self.launch_kinds.gpu(correlation, event.dur)
         self.gpu_watermark = max(self.gpu_watermark, start)
         self._until_seal -= 1
@@ -440,6 +448,7 @@ class RankSummaryBuilder:
             launch_kinds=launch_kinds,
             utilization=mfu,
             loss_scaling=self.scaler_marks.build(windows),
+            critical_path=self.path_events.build(windows),
         )
 
     def _step_windows(self, notes: list[str]) -> tuple[list[StepSpan], object]:

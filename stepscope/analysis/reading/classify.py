@@ -111,6 +111,8 @@ def args_are_read(kind: EventKind, name: str) -> bool:
     """Whether the analysis reads the ``args`` of an event of this kind and name."""
     if kind in _ARGS_READ_KINDS:
         return True
+    if kind is EventKind.UNKNOWN:
+        return name in GPU_SYNC_NAMES  # the critical path follows the waits they record
     return kind in _COMM_ARGS_KINDS and (is_comm_op(name) or is_flop_op(name))
 
 
@@ -239,6 +241,8 @@ SYNC_CALLS = {
 }
 # CUPTI's own records of those waits on the GPU timeline (cat ``cuda_sync``).
 GPU_SYNC_CATEGORY = "cuda_sync"
+# Their names (``cuda_sync_kind``): what waited, and on what.
+GPU_SYNC_NAMES = frozenset({"Event Sync", "Stream Sync", "Context Sync", "Stream Wait Event"})
 
 
 def sync_call_kind(name: str) -> str | None:

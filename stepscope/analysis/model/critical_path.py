@@ -1,0 +1,78 @@
+"""The critical path of each profiled step on one rank (part of the per-rank summary).
+
+The path is the longest chain of work through the step's CPU ops, runtime calls, launches,
+GPU kernels and CUDA syncs (``rank/critical_path.py`` builds the graph; the rules are in
+docs/contributing/analysis.md). Its *length* counts work only, as Holistic Trace Analysis
+does; the rest of the step is time the chain spent between ops on the host, waiting on a
+sync, or before its first and after its last event, so the parts add up to the step.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+# A step keeps its few longest segments: enough to name what bounds it, small on the wire.
+MAX_PATH_SEGMENTS = 5
+# Steps with a path; a window has at most a few dozen (spec.window.steps is at most 1,000).
+MAX_PATH_STEPS = 64
+PATH_NAME_CHARS = 256
+
+SegmentKind = Literal["cpu", "gpu", "communication", "launch", "kernel_gap"]
+
+
+class PathSegment(BaseModel):
+    """The time one op or kernel (summed over the step) spends on the path."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    kind: SegmentKind = Field(
+        description="cpu: a CPU op or runtime call; gpu: a compute kernel, copy or set; "
+        "communication: a collective kernel; launch: from a launch call to its kernel's "
+        "start; kernel_gap: between two kernels of one stream."
+    )
+    name: Annotated[str, Field(max_length=PATH_NAME_CHARS)]
+    ms: float
+
+
+class StepPath(BaseModel):
+    """One step's critical path: its length and how the step's time divides along it."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    step: int
+    step_ms: float = Field(description="The step window's duration.")
+    length_ms: float = Field(description="Work on the path: cpu + gpu + launch + kernel gaps.")
+    cpu_ms: float = 0.0
+    gpu_ms: float = Field(0.0, description="Kernels, copies and sets, collectives included.")
+    communication_ms: float = Field(0.0, description="The collective kernels' part of gpu_ms.")
+    launch_ms: float = Field(0.0, description="From launch calls to their kernels' starts.")
+    kernel_gap_ms: float = Field(0.0, description="Between kernels of one stream.")
+    between_ops_ms: float = Field(
+        0.0, description="Host time between top-level ops of a thread (Python, untraced)."
+    )
+    sync_wait_ms: float = Field(0.0, description="A CPU call waiting for the GPU (a sync).")
+    outside_ms: float = Field(
+        0.0, description="Step time before the path's first event and after its last."
+    )
+    segments: list[PathSegment] = Field(default_factory=list, max_length=MAX_PATH_SEGMENTS)
+
+    @property
+    def accounted_ms(self) -> float:
+        """What the path says about the step: equals step_ms within the stated tolerance."""
+        return self.length_ms + self.between_ops_ms + self.sync_wait_ms + self.outside_ms
+
+
+class CriticalPath(BaseModel):
+    """Per-step critical paths, or why there are none."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    steps: list[StepPath] = Field(default_factory=list, max_length=MAX_PATH_STEPS)
+    steps_left_out: int = Field(
+        0,
+        description="Steps without a path: past MAX_PATH_STEPS, or past the events a rank "
+        "keeps for the graph (the first steps are followed).",
+    )
+    unknown_reason: Annotated[str, Field(max_length=512)] | None = None
