@@ -13,6 +13,7 @@ from typing import Literal, Self
 from pydantic import Field, model_validator
 
 from stepscope.api.base import ApiModel
+from stepscope.api.critical_path_status import CriticalPathStatus
 from stepscope.api.gpu_status import GpuCounters
 from stepscope.api.memory_status import MemoryPeak
 from stepscope.api.meta import POD_NAME_MAX_LENGTH
@@ -207,6 +208,14 @@ class Summary(ApiModel):
         description=(
             "Observed state. The largest allocated peak over the ranks and what it is made "
             "of; unset when no trace recorded memory events (the full tier records them)."
+        ),
+    )
+    critical_path: CriticalPathStatus | None = Field(
+        None,
+        description=(
+            "Observed state. The typical step's critical path: the rank that bounds it (the "
+            "last to arrive at its first collective), its work by CPU, GPU and launches, and "
+            "its longest ops or kernels; unset when no trace had a path."
         ),
     )
     skipped_steps: int | None = Field(

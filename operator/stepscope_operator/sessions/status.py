@@ -18,6 +18,7 @@ from pydantic import BaseModel
 from stepscope.analysis.model.job_summary import JobSummary
 from stepscope.analysis.rank.step_timings import is_step_timings
 from stepscope.api.agent import CaptureFailure, CaptureState, CaptureSummary, RankCaptureStatus
+from stepscope.api.critical_path_status import critical_path_status
 from stepscope.api.gpu_status import gpu_counters_status
 from stepscope.api.memory_status import memory_peak_status
 from stepscope.api.meta import CONDITION_MESSAGE_MAX_LENGTH, Condition
@@ -236,6 +237,7 @@ def summary_from_job(job: JobSummary, unprofiled_step_ms: float | None = None) -
         findings=_findings(job),
         gpu=gpu_counters_status(job.counters),
         memory=memory_peak_status(job),
+        critical_path=critical_path_status(job),
         **_efficiency(job),
     )
 

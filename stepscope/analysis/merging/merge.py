@@ -43,6 +43,7 @@ from collections import Counter
 from stepscope.analysis.findings.detecting import diagnose
 from stepscope.analysis.findings.undecided import Undecided
 from stepscope.analysis.merging.alignment import align_ranks, collective_timings
+from stepscope.analysis.merging.critical_paths import job_critical_path
 from stepscope.analysis.merging.waiting import judge_waiting
 from stepscope.analysis.model.counter_overview import counter_overview
 from stepscope.analysis.model.efficiency_overview import efficiency_overview
@@ -262,6 +263,7 @@ def merge_ranks(
     job.efficiency = efficiency if efficiency.utilization or efficiency.skipped_steps else None
     nodes = {rank: where.node for rank, where in job.placement.items() if where.node}
     job.collective_bandwidth = group_bandwidth(summaries, nodes, fabric or FabricOptions())
+    job.critical_path = job_critical_path(job)
     findings = diagnose(job, undecided) + step_timing_findings(job)
     job.findings = sorted(findings, key=lambda f: (-f.severity.order, -f.impact_pct, f.id))
     return job

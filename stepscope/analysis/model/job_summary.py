@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from stepscope.analysis.model.counter_overview import CounterOverview
 from stepscope.analysis.model.efficiency_overview import EfficiencyOverview
 from stepscope.analysis.model.group_bandwidth import GroupBandwidth
+from stepscope.analysis.model.job_critical_path import JobCriticalPath
 from stepscope.analysis.model.rank_summary import Breakdown, RankSummary
 
 
@@ -291,6 +292,11 @@ class JobSummary(_Model):
         None,
         description="MFU per rank (median over steps) and steps a gradient scaler skipped, "
         "when any rank measured them (efficiency_overview).",
+    )
+    critical_path: JobCriticalPath | None = Field(
+        None,
+        description="Each step's critical path across ranks: the rank that bounds it and "
+        "its path (merging/critical_paths), when any rank's summary has paths.",
     )
     findings: list[Finding] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 import pytest
 from pydantic import ValidationError
 
+from stepscope.api.critical_path_status import MAX_STATUS_SEGMENTS, SEGMENT_NAME_MAX_LENGTH
 from stepscope.api.meta import (
     CONDITION_MESSAGE_MAX_LENGTH,
     CONDITION_REASON_MAX_LENGTH,
@@ -116,6 +117,21 @@ def worst_case_status() -> ProfileSessionStatus:
                     for index in range(MAX_FINDINGS)
                 ],
                 "profilerOverheadPct": 12.345,
+                "criticalPath": {
+                    "step": 10**9,
+                    "rank": 1023,
+                    "chosenBy": "arrived_last",
+                    "lengthPct": 999.9,
+                    "cpuPct": 33.3,
+                    "gpuPct": 33.3,
+                    "launchPct": 33.4,
+                    "betweenOpsPct": 99.9,
+                    "syncWaitPct": 99.9,
+                    "top": [
+                        {"kind": "kernel_gap", "name": "k" * SEGMENT_NAME_MAX_LENGTH, "ms": 1e6}
+                        for _ in range(MAX_STATUS_SEGMENTS)
+                    ],
+                },
             },
             "baselineComparison": {
                 "session": "s" * 253,
