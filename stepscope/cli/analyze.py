@@ -85,6 +85,10 @@ def fabric_options(ranks_per_node: int | None, link_peak: str | None) -> FabricO
     )
 
 
+# Op and kernel names on the console: templated kernel names run to hundreds of characters.
+CONSOLE_NAME_CHARS = 80
+
+
 def verdict_lines(job: JobSummary) -> list[str]:
     """The verdict (bottleneck, straggler, median step, lateness) and how well ranks aligned."""
     straggler = "none"
@@ -109,7 +113,29 @@ def verdict_lines(job: JobSummary) -> list[str]:
             f"median {job.alignment.residual_median_abs_us:.0f} us"
         )
     lines.extend(memory_lines(job))
+    lines.extend(critical_path_lines(job))
     return lines
+
+
+def critical_path_lines(job: JobSummary) -> list[str]:
+    """The typical step's critical path: the rank on it, its work and its longest op."""
+    typical = job.critical_path.typical if job.critical_path is not None else None
+    if typical is None:
+        return []
+    path = typical.path
+    why = "arrived last" if typical.chosen_by == "arrived_last" else "longest step"
+    work = path.length_ms or 1.0
+    line = (
+        f"critical path: step {path.step}, rank {typical.rank} ({why}): {path.length_ms:.1f} ms "
+        f"of work in a {path.step_ms:.1f} ms step ({100 * path.cpu_ms / work:.0f}% CPU, "
+        f"{100 * path.gpu_ms / work:.0f}% GPU, "
+        f"{100 * (path.launch_ms + path.kernel_gap_ms) / work:.0f}% launch); "
+        f"{path.between_ops_ms:.1f} ms between host ops, {path.sync_wait_ms:.1f} ms sync wait"
+    )
+    if path.segments:
+        top = path.segments[0]
+        line += f"; longest: {top.kind} {top.name[:CONSOLE_NAME_CHARS]} {top.ms:.1f} ms"
+    return [line]
 
 
 def memory_lines(job: JobSummary) -> list[str]:

@@ -26,6 +26,7 @@ from stepscope.analysis.model.job_summary import Finding, JobSummary
 from stepscope.analysis.reports.bandwidth import bandwidth_section
 from stepscope.analysis.reports.context import ReportContext
 from stepscope.analysis.reports.counters import gpu_section
+from stepscope.analysis.reports.critical_path import critical_path_section
 from stepscope.analysis.reports.distributions import distributions
 from stepscope.analysis.reports.efficiency import efficiency_section
 from stepscope.analysis.reports.heatmaps import binning_note, heatmap
@@ -193,6 +194,7 @@ SECTIONS: list[Section] = [
     Section("gpu", "GPU counters and memory", lambda c: gpu_section(c.job) or None),
     Section("memory", "What the memory peak is made of", lambda c: memory_section(c.job)),
     Section("efficiency", "MFU, skipped steps and launches", lambda c: efficiency_section(c.job)),
+    Section("critical-path", "The critical path of a step", lambda c: critical_path_section(c.job)),
     Section("notes", "Notes", _notes),
 ]
 """The report's sections in page order; a new figure is one more entry here."""

@@ -12,13 +12,16 @@ import gzip
 import json
 import math
 import statistics
+from html import escape
 
 import pytest
 from stepscope_operator.sessions.status import summary_from_job
 
 from stepscope.analysis import summarize_rank
 from stepscope.analysis.merging.merge import merge_ranks
+from stepscope.analysis.reports.html import render_report
 from stepscope.api.critical_path_status import SEGMENT_NAME_MAX_LENGTH, critical_path_status
+from stepscope.cli.analyze import format_table
 
 SAMPLED = ["sampled-128rank-rank0.json.gz", "sampled-128rank-rank1.json.gz"]
 
@@ -101,3 +104,32 @@ def test_an_implausible_path_stays_out_of_the_status(merged):
     job = merged.model_copy(deep=True)
     job.critical_path.typical.path.cpu_ms = math.nan
     assert critical_path_status(job) is None
+
+
+def test_the_report_has_a_row_per_step_with_its_rank(merged):
+    page = render_report(merged)
+    section = page.split('id="critical-path"', 1)[1].split("</section>", 1)[0]
+    for entry in merged.critical_path.steps:
+        path = entry.path
+        assert (
+            f"<tr><td>{path.step}</td><td>{entry.rank}</td>"
+            f"<td>arrived last at the first collective</td>"
+            f"<td>{path.step_ms:.1f}</td><td>{path.length_ms:.1f}</td>"
+        ) in section
+        assert escape(path.segments[0].name) in section
+    typical = merged.critical_path.typical
+    assert f"rank <b>{typical.rank}</b> bounds the step" in section
+
+
+def test_analyze_prints_the_typical_path_under_the_verdict(merged):
+    lines = format_table(merged).splitlines()
+    [line] = [x for x in lines if x.startswith("critical path:")]
+    typical = merged.critical_path.typical
+    path = typical.path
+    assert line.startswith(
+        f"critical path: step {path.step}, rank {typical.rank} (arrived last): "
+        f"{path.length_ms:.1f} ms of work in a {path.step_ms:.1f} ms step "
+        f"({100 * path.cpu_ms / path.length_ms:.0f}% CPU"
+    )
+    assert f"longest: {path.segments[0].kind} {path.segments[0].name[:80]}" in line
+    assert lines.index(line) < lines.index("")  # with the verdict, above the findings
