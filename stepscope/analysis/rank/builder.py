@@ -195,7 +195,9 @@ class RankSummaryBuilder:
         self.cpu_ops += 1
         if dur < SHORT_OP_US:
             self.short_ops += 1
-        self.path_events.cpu_event(tid, name, start, dur, -1)
+        path = self.path_events
+        if start <= path.cutoff:  # checked here: most events of a long trace are past it
+            path.cpu_event(tid, name, start, dur, -1)
         if self.memory.ops is not None:
             self.memory.add_op(tid, name, start, dur)
         if self.nesting.push(tid, name, start, dur):
@@ -264,7 +266,9 @@ class RankSummaryBuilder:
         self.runtime_us += dur
         correlation = event[6].get("correlation") if event[6] else None
         self.launch_links.launched(correlation)
-        self.path_events.cpu_event(tid, name, start, dur, correlation)
+        path = self.path_events
+        if start <= path.cutoff:
+            path.cpu_event(tid, name, start, dur, correlation)
         flags = self._runtime_flags.get(name)
         if flags is None:
             flags = (
@@ -306,8 +310,10 @@ class RankSummaryBuilder:
         start, end = event.ts, event.ts + event.dur
         correlation = args.get("correlation")
         self.launch_links.ran(correlation, event.dur)
-        stream = (device, args.get("stream", event.tid))
-        self.path_events.gpu_event(stream, event.name, start, event.dur, correlation)
+        path = self.path_events
+        if start <= path.cutoff:
+            stream = (device, args.get("stream", event.tid))
+            path.gpu_event(stream, event.name, start, event.dur, correlation)
         self.launch_kinds.gpu(correlation, event.dur)
         self.gpu_watermark = max(self.gpu_watermark, start)
         self._until_seal -= 1

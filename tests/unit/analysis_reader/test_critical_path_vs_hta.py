@@ -27,9 +27,11 @@ TRACES = [
     ("gpu-more", "cuda-event-sync-1rank.json.gz"),
     ("gpu-more", "triton-1rank.json.gz"),
 ]
-LENGTH_TOLERANCE = 0.01  # of HTA's length
+# Equal to the microsecond on 11 of the 12 steps; the event-sync step is 2.401 ms against
+# HTA's 2.397 ms (0.17%).
+LENGTH_TOLERANCE = 0.002  # of HTA's length
 SHARE_TOLERANCE = 0.01  # of HTA's length, per part
-TOP_TOLERANCE = 0.10  # of the top op's time on the path
+TOP_TOLERANCE = 0.05  # of the top op's time on the path (Triton: see analysis.md)
 
 pytestmark = pytest.mark.filterwarnings("ignore::Warning")
 
@@ -48,6 +50,7 @@ def _pandas_3_drop(original):
 
 def hta_critical_paths(trace, workdir, monkeypatch) -> list[dict]:
     """HTA's critical path of every ProfilerStep of the trace, in step order."""
+    monkeypatch.setenv("HTA_DISABLE_NS_ROUNDING", "1")  # its rounding would add up over edges
     monkeypatch.setattr(pandas.DataFrame, "drop", _pandas_3_drop(pandas.DataFrame.drop))
     shutil.copy(trace, workdir / trace.name)
     logging.getLogger("hta").setLevel(logging.ERROR)
