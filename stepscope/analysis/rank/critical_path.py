@@ -31,6 +31,7 @@ import math
 from array import array
 from bisect import bisect_left, bisect_right
 from collections import defaultdict, deque
+from itertools import compress
 
 from stepscope.analysis.model.critical_path import (
     MAX_PATH_SEGMENTS,
@@ -226,7 +227,7 @@ class _StepGraph:
         self.step, self.start, self.end = window
         self.times: list[float] = []
         self.labels: list[int] = []  # name index per node's event
-        self.edges: dict[int, list[tuple[int, float, int, int]]] = defaultdict(list)
+        self.edges: list[list[tuple[int, float, int, int]]] = []  # out of each node
         blocking = {events.names[n] for n in BLOCKING_CALLS if n in events.names}
         self.runtime_node: dict[int, int] = {}
         self.runtime_start: dict[int, float] = {}
@@ -237,6 +238,7 @@ class _StepGraph:
         index = len(self.times)
         self.times += (start, end)
         self.labels += (name, name)
+        self.edges += ([], [])
         return index
 
     def _edge(self, src: int, dest: int, kind: int, label: int, zero: bool = False) -> None:
@@ -375,39 +377,48 @@ class _StepGraph:
         last[stream] = node + 1
 
     def path(self) -> StepPath | None:
+        """Kahn's topological order, keeping each node's heaviest way in (its edge)."""
         count = len(self.times)
         if not count:
             return None
+        edges = self.edges
         indegree = [0] * count
-        for targets in self.edges.values():
-            for dest, *_ in targets:
-                indegree[dest] += 1
-        best = [0.0] * count
-        came: list[tuple[int, int, int] | None] = [None] * count  # (src, kind, label)
-        ready = deque(n for n in range(count) if indegree[n] == 0)
+        for targets in edges:
+            for edge in targets:
+                indegree[edge[0]] += 1
+        best = [-1.0] * count  # weights are >= 0, so any way in beats "none yet"
+        came: list[int] = [-1] * count
+        came_by: list[tuple | None] = [None] * count
+        ready = deque(n for n in range(count) if not indegree[n])
+        for node in ready:
+            best[node] = 0.0
         seen = 0
         while ready:
             src = ready.popleft()
             seen += 1
-            for dest, weight, kind, label in self.edges.get(src, ()):
-                if came[dest] is None or best[src] + weight > best[dest]:
-                    best[dest] = best[src] + weight
-                    came[dest] = (src, kind, label)
-                indegree[dest] -= 1
-                if not indegree[dest]:
+            base = best[src]
+            for edge in edges[src]:
+                dest = edge[0]
+                value = base + edge[1]
+                if value > best[dest]:
+                    best[dest], came[dest], came_by[dest] = value, src, edge
+                left = indegree[dest] - 1
+                indegree[dest] = left
+                if not left:
                     ready.append(dest)
         if seen < count:
             return None  # a cycle: the trace's times contradict each other
-        return self._walk_back(max(range(count), key=best.__getitem__), came)
+        return self._walk_back(max(range(count), key=best.__getitem__), came, came_by)
 
-    def _walk_back(self, node: int, came: list) -> StepPath:
+    def _walk_back(self, node: int, came: list[int], came_by: list) -> StepPath:
         times, names = self.times, self.events.name_list
         totals = [0.0] * 7
         by_segment: dict[tuple[str, int], float] = defaultdict(float)
         kinds = ("cpu", "gpu", "communication", "launch", "kernel_gap")
         last = node
-        while came[node] is not None:
-            src, kind, label = came[node]
+        while came[node] >= 0:
+            src = came[node]
+            _, _, kind, label = came_by[node]
             span = max(0.0, times[node] - times[src])
             weight = span if kind < _BETWEEN else 0.0
             totals[kind] += span
@@ -449,13 +460,10 @@ class _Rows:
 
     def until(self, cutoff: float) -> _Rows:
         """The rows that start at or before `cutoff`."""
-        kept = _Rows()
-        times, ids = self.times, self.ids
-        for row in range(len(self)):
-            if times[2 * row] <= cutoff:
-                kept.times.extend(times[2 * row : 2 * row + 2])
-                kept.ids.extend(ids[3 * row : 3 * row + 3])
-        return kept
+        keep = [start <= cutoff for start in self.times[0::2]]
+        times = array("d", compress(self.times, (k for k in keep for _ in range(2))))
+        ids = array("q", compress(self.ids, (k for k in keep for _ in range(3))))
+        return _Rows(times, ids)
 
     def columns(self) -> tuple[array, array, array, array, array]:
         """Owner, start, end, name and correlation, one array each."""
