@@ -49,6 +49,8 @@ from stepscope.analysis.reading.step_windows import StepSpan
 MAX_PATH_EVENTS = 65_536
 MAX_PATH_NAMES = 65_536
 MAX_PATH_SYNCS = 65_536
+# Streams are named by the trace (device, stream): a few dozen in real traces.
+MAX_PATH_STREAMS = 4096
 # HTA's BLOCKING_SYNC_CALLS: calls that wait for the device (their span is not work).
 BLOCKING_CALLS = frozenset(
     {
@@ -143,6 +145,8 @@ class PathEvents:
                 return
         index = self.streams.get(stream)
         if index is None:
+            if len(self.streams) >= MAX_PATH_STREAMS:
+                return  # a hostile trace's invented streams: their activity is not followed
             index = self.streams[stream] = len(self.streams)
         label = self.names.get(name)
         if label is None:
