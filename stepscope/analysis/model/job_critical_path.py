@@ -10,7 +10,7 @@ from the rank summaries.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -42,7 +42,7 @@ class JobCriticalPath(BaseModel):
         None, description="The step whose path length is the median of the steps'."
     )
     ranks_with_path: int = Field(0, description="Ranks whose summary holds a path.")
-    unknown_reasons: dict[int, str] = Field(
+    unknown_reasons: dict[int, Annotated[str, Field(max_length=512)]] = Field(
         default_factory=dict,
         max_length=16,
         description="Why a rank has no path, for the first 16 such ranks.",
