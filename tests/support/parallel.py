@@ -1,15 +1,13 @@
 """How `make test` shares its tests among pytest-xdist workers (``--dist loadscope``, with the
 scheduler below).
 
-The tests that run pods on a real node form three work units, each on one worker with its own
-node, in collection order: the e2e verdicts (a straggler named, a hang diagnosed, a trigger or a
-schedule's regression: timing-sensitive, so judged one job at a time), the rest of the e2e tier
-(sessions through their phases, TrainJobs and JobSets, restarts, deletes), and the tests that
-start a node of their own (tests/integration/realnode and the demo's session on the node).
-Every other test goes with the rest of its module, so a module's fixtures (an operator process,
-a rendered chart) start once; the modules spread over the workers as they come free, each
-worker with its own control plane, S3 server and pod addresses (``podaddresses`` locks a /24
-per pod runner).
+The tests that run pods on a real node form two work units, each on one worker with its own
+node, in collection order: the e2e tier (tests/e2e, whose timing-sensitive verdicts, a straggler
+named or a hang diagnosed, are judged one job at a time) and the tests that start a node of
+their own (tests/integration/realnode and the demo's session on the node). Every other test goes with the rest of its module, so a module's
+fixtures (an operator process, a rendered chart) start once; the modules spread over the
+workers as they come free, each worker with its own control plane, S3 server and pod addresses
+(``podaddresses`` locks a /24 per pod runner).
 
 The grouping is by path, since the scheduler sees only node ids: a test that asks for the node
 anywhere else is refused at collection (``check_node_test_location``). pytest-xdist's own
@@ -20,22 +18,12 @@ from __future__ import annotations
 
 from xdist.scheduler import LoadScopeScheduling
 
-# The e2e modules whose verdicts depend on timing, with about half the tier's time: a worker of
-# their own keeps them one job at a time while the other e2e modules run on another node.
-E2E_VERDICT_MODULES = (
-    "test_hang_check_healthy",
-    "test_hang_diagnosed",
-    "test_schedule_regression_ddp",
-    "test_straggler_named",
-    "test_trigger_on_ddp",
-)
-
 # Work unit -> the paths whose tests it holds, most specific first. The demo's session on the
 # real node starts its own control plane and node (the operator from its image, through the
-# chart), like the node's own tests: it goes with them.
+# chart), like the node's own tests: it goes with them, so the e2e tier's worker, the longest,
+# does not carry its three minutes; being collected early, it also starts that unit first.
 NODE_GROUPS = {
     "realnode": ("tests/e2e/test_session_on_real_node.py", "tests/integration/realnode/"),
-    "e2e-verdicts": tuple(f"tests/e2e/{module}.py" for module in E2E_VERDICT_MODULES),
     "e2e-node": ("tests/e2e/",),
 }
 NODE_PATHS = tuple(path for paths in NODE_GROUPS.values() for path in paths)
@@ -63,8 +51,8 @@ def check_node_test_location(nodeid: str, fixturenames: list[str] | tuple[str, .
 
 class NodeGroupScheduling(LoadScopeScheduling):
     """pytest-xdist's scope scheduling with ``xdist_group``'s work units, in collection order
-    (run it with ``--no-loadscope-reorder``: the node groups, collected first and the longest
-    units, start first)."""
+    (run it with ``--no-loadscope-reorder``: the e2e tier, collected first and the longest unit,
+    starts first)."""
 
     def _split_scope(self, nodeid: str) -> str:
         return xdist_group(nodeid)

@@ -2,20 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from support.parallel import NODE_GROUPS, check_node_test_location, xdist_group
 
 
 def test_each_node_tier_is_one_work_unit():
-    verdicts = {
+    e2e = {
         xdist_group("tests/e2e/test_straggler_named.py::test_straggler"),
         xdist_group("tests/e2e/test_hang_diagnosed.py::test_blocked[x]"),
-    }
-    e2e = {
-        xdist_group("tests/e2e/test_session_flow.py::test_session"),
-        xdist_group("tests/e2e/test_jobset_based_sessions.py::test_jobset[trainJob]"),
     }
     # The demo's session starts a node of its own, as the node's own tests do.
     realnode = {
@@ -23,16 +17,8 @@ def test_each_node_tier_is_one_work_unit():
         xdist_group("tests/integration/realnode/test_injected_pod.py::test_context[a]"),
         xdist_group("tests/integration/realnode/test_node_pod_network.py::test_dns"),
     }
-    assert len(verdicts) == len(e2e) == len(realnode) == 1
-    assert verdicts | e2e | realnode == set(NODE_GROUPS)
-
-
-def test_every_named_verdict_module_exists():
-    """A renamed module would silently leave the verdicts' worker for the other e2e node."""
-    from support.parallel import E2E_VERDICT_MODULES
-
-    e2e = Path(__file__).resolve().parents[2] / "e2e"
-    assert [m for m in E2E_VERDICT_MODULES if not (e2e / f"{m}.py").is_file()] == []
+    assert len(e2e) == len(realnode) == 1
+    assert e2e | realnode == set(NODE_GROUPS)
 
 
 def test_other_tests_go_with_their_module():
