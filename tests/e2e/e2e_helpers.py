@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import copy
 import json
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import jsonpatch
 from e2e_platform import E2EPlatform
+from prometheus_client.parser import text_string_to_metric_families
+from stepscope_agent.step_metrics import STEPS
 from stepscope_dev.demojob import AGENT_CONFIG_MAP
 from stepscope_operator.admission.injection import (
     INJECT_LABEL,
@@ -19,6 +23,7 @@ from stepscope_operator.admission.injection import (
 )
 from stepscope_operator.agents.contract import (
     AGENT_CONTAINER_NAME,
+    AGENT_PORT_NAME,
     ENV_STORAGE_ENDPOINT,
     ENV_TRUSTED_KEYS,
     IMAGE_HOOK_DIR,
@@ -160,6 +165,38 @@ def running_pods(cluster: Any, namespace: str, job: str) -> Callable[[], bool]:
             and all(p.get("status", {}).get("phase") == "Running" for p in pods)
             and len(pods)
         )
+
+    return check
+
+
+def stepping_pods(cluster: Any, namespace: str, job: str) -> Callable[[], bool]:
+    """True once every pod of ``job`` has a rank that finished a step, as its agent's unsigned
+    /metrics says: a pod can be Running long before its trainer has imported torch and joined
+    the process group, which a loaded machine stretches past a short watch."""
+
+    def steps_of(pod: dict[str, Any]) -> float:
+        containers = pod["spec"].get("initContainers", []) + pod["spec"]["containers"]
+        agent = next(c for c in containers if c["name"] == AGENT_CONTAINER_NAME)
+        port = next(p["containerPort"] for p in agent["ports"] if p["name"] == AGENT_PORT_NAME)
+        url = f"http://{pod['status']['podIP']}:{port}/metrics"
+        try:
+            with urllib.request.urlopen(url, timeout=2) as reply:
+                text = reply.read().decode()
+        except (OSError, urllib.error.URLError):
+            return 0.0
+        return sum(
+            sample.value
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+            if sample.name == STEPS
+        )
+
+    def check() -> bool:
+        result = cluster.kubectl(
+            "get", "pods", "-n", namespace, "-l", f"{PYTORCHJOB_NAME_LABEL}={job}", "-o", "json"
+        )
+        pods = json.loads(result.stdout)["items"]
+        return bool(pods) and all(steps_of(pod) > 0 for pod in pods)
 
     return check
 

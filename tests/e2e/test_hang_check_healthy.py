@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from e2e_helpers import apply, pytorchjob, running_pods
+from e2e_helpers import apply, pytorchjob, running_pods, stepping_pods
 from support import wait_until
 from support.operator_helpers import get_session, session_phase
 
@@ -42,6 +42,8 @@ def test_slow_steps_and_a_finished_job_are_not_hangs(e2e_platform, namespace, op
         ),
     )
     wait_until(running_pods(cluster, namespace, "slow"), 180, "the slow job's pods")
+    # The watch judges steps: it starts once every rank is stepping, not while torch imports.
+    wait_until(stepping_pods(cluster, namespace, "slow"), 180, "the slow job's first steps", 2)
     apply(
         cluster,
         hang_check(
