@@ -18,7 +18,7 @@ from stepscope_dev.fleet_traces import RECORDED_STEPS, Lateness
 from stepscope_operator.settings import load_settings
 from stepscope_operator.storage.buckets import connect_buckets
 from support import wait_until
-from support.fleet_helpers import start_fleet
+from support.fleet_helpers import fleet_session, start_fleet
 from support.operator_helpers import (
     audited_operator,
     get_session,
@@ -72,22 +72,8 @@ def start_operator(local_cluster, port, log_path, **extra):
 
 
 def apply_repeated_session(local_cluster, namespace, name):
-    session = {
-        "apiVersion": "stepscope.dev/v1alpha1",
-        "kind": "ProfileSession",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "target": {"podSelector": {"matchLabels": {"app": "fleet"}}},
-            "granularity": "ops",
-            "window": {
-                "steps": RECORDED_STEPS,
-                "warmupSteps": 0,
-                "leadSeconds": 1,
-                "timeoutSeconds": 90,
-                "repeat": REPEAT,
-            },
-        },
-    }
+    session = fleet_session(namespace, name)
+    session["spec"]["window"]["repeat"] = REPEAT
     local_cluster.kubectl("apply", "-f", "-", input=json.dumps(session))
 
 
