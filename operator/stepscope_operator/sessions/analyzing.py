@@ -19,7 +19,6 @@ from stepscope.api.phases import Phase, Reason
 from stepscope.api.session_status import StatusWindow
 from stepscope_operator.context import OperatorContext
 from stepscope_operator.sessions.baselines import compare_with_baseline
-from stepscope_operator.sessions.budgets import enforce_rank_budgets
 from stepscope_operator.sessions.collecting import (
     fabric_options,
     gather_summaries,
@@ -34,9 +33,7 @@ from stepscope_operator.sessions.status import (
     ANALYZED,
     CAPTURED,
     final_phase,
-    judge_ranks,
     summary_from_job,
-    tally_ranks,
     verdict_line,
 )
 from stepscope_operator.sessions.status_writer import StatusWriter
@@ -45,6 +42,7 @@ from stepscope_operator.sessions.windows import (
     judge_together,
     judged,
     judged_without_last,
+    window_ranks,
     with_window,
 )
 from stepscope_operator.settings import session_retention
@@ -118,21 +116,10 @@ async def collect_and_analyze(
     record: PersistedPlan,
     observations: dict[str, PodObservation],
 ) -> None:
-    outcomes = judge_ranks(
-        record.targets, observations, record.plan.start_step, record.plan.end_step
-    )
     # Where this window's ranks uploaded: the session's folder, or window-<n>/ inside it.
     prefix = view.window_prefix(ctx.settings, record.window)
     session_folder = view.prefix(ctx.settings)
-    outcomes = await in_thread(
-        view.namespace,
-        enforce_rank_budgets,
-        ctx.buckets,
-        prefix,
-        outcomes,
-        ctx.settings.max_bytes_per_rank,
-    )
-    ranks = tally_ranks(outcomes)
+    outcomes, ranks = await window_ranks(ctx, view, record, observations)
     window = (writer.status.window or StatusWindow()).model_copy(update={"end_time": ctx.now()})
     await writer.enter(Phase.COLLECTING, ranks=ranks, window=window)
     phase, reason, message = final_phase(ranks)

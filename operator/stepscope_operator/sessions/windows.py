@@ -23,6 +23,7 @@ from stepscope.analysis.model.job_summary import JobSummary
 from stepscope.api.phases import Phase, Reason
 from stepscope.api.session_status import (
     MAX_LISTED_RANKS,
+    RanksStatus,
     StatusWindow,
     WindowProgress,
     WindowState,
@@ -37,7 +38,7 @@ from stepscope_operator.sessions.collecting import (
     write_job_summary,
 )
 from stepscope_operator.sessions.following import PodObservation
-from stepscope_operator.sessions.status import judge_ranks, tally_ranks
+from stepscope_operator.sessions.status import RankOutcome, judge_ranks, tally_ranks
 from stepscope_operator.sessions.status_writer import StatusWriter
 from stepscope_operator.sessions.view import PersistedPlan, SessionView
 from stepscope_operator.storage.buckets import Buckets
@@ -79,6 +80,28 @@ def judged(record: PersistedPlan, captured: int, job: JobSummary | None) -> Wind
     )
 
 
+async def window_ranks(
+    ctx: OperatorContext,
+    view: SessionView,
+    record: PersistedPlan,
+    observations: dict[str, PodObservation],
+) -> tuple[list[RankOutcome], RanksStatus]:
+    """Each rank's outcome in this window, held to its byte budget in the window's folder,
+    and their tally."""
+    outcomes = judge_ranks(
+        record.targets, observations, record.plan.start_step, record.plan.end_step
+    )
+    outcomes = await in_thread(
+        view.namespace,
+        enforce_rank_budgets,
+        ctx.buckets,
+        view.window_prefix(ctx.settings, record.window),
+        outcomes,
+        ctx.settings.max_bytes_per_rank,
+    )
+    return outcomes, tally_ranks(outcomes)
+
+
 async def judge_window(
     ctx: OperatorContext,
     view: SessionView,
@@ -91,18 +114,7 @@ async def judge_window(
     A window no rank delivered, or whose summaries do not merge, is Failed in
     status.windows and left out of the combined verdict; the sequence goes on."""
     prefix = view.window_prefix(ctx.settings, record.window)
-    outcomes = judge_ranks(
-        record.targets, observations, record.plan.start_step, record.plan.end_step
-    )
-    outcomes = await in_thread(
-        view.namespace,
-        enforce_rank_budgets,
-        ctx.buckets,
-        prefix,
-        outcomes,
-        ctx.settings.max_bytes_per_rank,
-    )
-    ranks = tally_ranks(outcomes)
+    outcomes, ranks = await window_ranks(ctx, view, record, observations)
     window = (writer.status.window or StatusWindow()).model_copy(update={"end_time": ctx.now()})
     await writer.enter(
         Phase.COLLECTING,
