@@ -4,10 +4,11 @@ Each file of the corpus below is written by the test and read, by each parser (t
 fast path and the ijson fallback, named to the child in the environment), by the three
 paths a tenant's trace takes: ``summarize_rank`` (the sidecar), the merged-trace writer (the
 operator, until issue 11 moves it out) and ``stepscope analyze``. Each runs in its own
-interpreter under a 512 MiB address-space limit (RLIMIT_AS) and a timeout, and must
+process under a 512 MiB address-space limit (RLIMIT_AS) and a timeout, and must
 end with a message that names the file and the limit or rule it broke, with no
-traceback. The first test shows the interpreter and the imports fit well under the
-limit, so the others measure the trace, not the start-up.
+traceback. The first test shows a fresh interpreter and the imports fit well under the
+limit, so the others measure the trace, not the start-up; those are forked from one
+interpreter with the imports done (limited_python.py), the limit set after the fork.
 """
 
 from __future__ import annotations
@@ -17,9 +18,11 @@ import json
 import resource
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from limited_python import LimitedPython
 
 from stepscope.analysis.reading.trace_input import (
     MAX_NESTING_DEPTH,
@@ -143,6 +146,8 @@ print(json.dumps({"skipped": result.skipped, "ranks": sorted(ranks),
 
 
 def _limited_run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    """``args`` in a fresh interpreter under the limit (for the start-up's own measure)."""
+
     def limit_memory() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE_LIMIT, ADDRESS_SPACE_LIMIT))
 
@@ -155,6 +160,15 @@ def _limited_run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
         timeout=TIMEOUT_S,
         check=False,
     )
+
+
+@pytest.fixture(scope="module")
+def limited() -> Iterator[LimitedPython]:
+    """Each case's child, forked under the limit from one interpreter with the readers
+    imported (limited_python.py): the start-up the first test measures, paid once."""
+    warm = LimitedPython(ADDRESS_SPACE_LIMIT, TIMEOUT_S)
+    yield warm
+    warm.close()
 
 
 @pytest.fixture(scope="module")
@@ -184,9 +198,9 @@ def test_interpreter_and_imports_fit_under_the_limit(tmp_path):
 
 @pytest.mark.parametrize("case", CASES)
 @pytest.mark.usefixtures("each_parser")
-def test_summarize_rank_refuses_it(corpus, case, tmp_path):
+def test_summarize_rank_refuses_it(corpus, case, tmp_path, limited):
     path, expected = corpus[case]
-    result = _limited_run(["-c", SUMMARIZE, str(path)], tmp_path)
+    result = limited.run(["-c", SUMMARIZE, str(path)], tmp_path)
     assert result.returncode == 2, result.stderr[-2000:]
     assert "Traceback" not in result.stderr
     assert str(path) in result.stderr and expected in result.stderr
@@ -194,9 +208,9 @@ def test_summarize_rank_refuses_it(corpus, case, tmp_path):
 
 @pytest.mark.parametrize("case", CASES)
 @pytest.mark.usefixtures("each_parser")
-def test_merged_trace_cuts_the_rank_and_keeps_the_others(corpus, case, tmp_path):
+def test_merged_trace_cuts_the_rank_and_keeps_the_others(corpus, case, tmp_path, limited):
     path, expected = corpus[case]
-    result = _limited_run(
+    result = limited.run(
         ["-c", MERGE, str(GOOD), str(path), str(tmp_path / "merged.json")], tmp_path
     )
     assert result.returncode == 0, result.stderr[-2000:]
@@ -213,9 +227,9 @@ def test_merged_trace_cuts_the_rank_and_keeps_the_others(corpus, case, tmp_path)
 
 @pytest.mark.parametrize("case", CASES)
 @pytest.mark.usefixtures("each_parser")
-def test_analyze_command_refuses_it(corpus, case, tmp_path):
+def test_analyze_command_refuses_it(corpus, case, tmp_path, limited):
     path, expected = corpus[case]
-    result = _limited_run(
+    result = limited.run(
         ["-m", "stepscope.cli", "analyze", str(path), "--out", str(tmp_path / "out")], tmp_path
     )
     assert result.returncode == 2, result.stderr[-2000:]
