@@ -35,6 +35,7 @@ from stepscope.api.meta import (
 from stepscope.api.rules import CelRule, in_range, object_name
 from stepscope.api.session import API_VERSION, ProfileSessionSpec, TargetKind, TargetSpec
 from stepscope.api.text import BoundedText
+from stepscope.api.verdict import BaselineComparison
 
 # Each watched job costs one pod list and one status call per pod every interval; 20 jobs
 # at the shortest interval is about two pod lists a second, a load a shared API server
@@ -80,6 +81,10 @@ class TriggerEventReason(StrEnum):
     NAMESPACE_AT_LIMIT = "NamespaceAtSessionLimit"
     SESSION_NOT_CREATED = "SessionNotCreated"
     SESSION_OPENED = "SessionOpened"
+    # A healthy session opened so that later firings have a baseline to compare with.
+    BASELINE_OPENED = "BaselineOpened"
+    # A session the trigger opened was analysed and compared with the job's last good one.
+    BASELINE_COMPARED = "BaselineCompared"
 
 
 class TriggeredSessionTemplate(ProfileSessionSpec):
@@ -417,6 +422,17 @@ class ProfileTriggerSpec(ApiModel):
         False,
         description="Desired state. True stops watching and firing. Default: false.",
     )
+    record_baselines: StrictBool = Field(
+        True,
+        description=(
+            "Desired state. Each session a firing opens is compared with the job's last good "
+            "session (docs/user-guide/triggers.md says which). True: when a watched job has "
+            "none and its step time has settled in its band, the trigger opens one healthy "
+            "session from sessionTemplate to be that baseline, at most one per job a day; "
+            "without one, a firing, which comes once the job is already slow, has nothing "
+            "to compare with. Default: true."
+        ),
+    )
 
 
 class TriggerFiring(ApiModel):
@@ -432,6 +448,23 @@ class TriggerFiring(ApiModel):
     )
     session: str = Field(
         max_length=POD_NAME_MAX_LENGTH, description="Observed state. The session it opened."
+    )
+    baseline_session: str | None = Field(
+        None,
+        max_length=POD_NAME_MAX_LENGTH,
+        description=(
+            "Observed state. The job's last good session, chosen when it fired, that the "
+            "opened session is compared with; unset when there was none (or for a hang check)."
+        ),
+    )
+    baseline_comparison: BaselineComparison | None = Field(
+        None,
+        description=(
+            "Observed state. The opened session against baselineSession once it is analysed "
+            "(its status.baselineComparison): step time before and after, the verdict, and "
+            "which part of the step moved; inconclusive, with the reason, when there was no "
+            "baseline or the session did not succeed."
+        ),
     )
 
 

@@ -9,6 +9,11 @@ against it. A refusal is told once per hold, in one Event on the trigger, so a j
 stays slow through a cooldown does not post an Event every interval. A session the API
 server refuses (a quota, an admission policy) is told the same way, and the other jobs'
 samples go on.
+
+A profiling firing names the job's last good session (triggers/baselines.py) as the opened
+session's spec.baseline.sessionRef, so the session's own analysis compares the two; the
+Events and the trigger's status.lastFired say which session that is, or plainly that there
+is none and why.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from stepscope_operator.context import OperatorContext
 from stepscope_operator.errors import describe_api_refusal, describe_exception
 from stepscope_operator.sessions.status import is_final
 from stepscope_operator.threads import computed
+from stepscope_operator.triggers.baselines import BaselineChoice, last_good_session
 from stepscope_operator.triggers.evidence import Evidence
 from stepscope_operator.triggers.ledger import FiringLedger, Refusal
 from stepscope_operator.triggers.opening import (
@@ -43,6 +49,7 @@ from stepscope_operator.triggers.opening import (
     session_for_firing,
     session_name,
 )
+from stepscope_operator.triggers.verdicts import describe_choice, no_baseline_record
 
 # How long a namespace at its session limit, or a session the API server refused, is not
 # told again, per job.
@@ -65,12 +72,14 @@ class Told:
         return True
 
 
-async def _namespace_full(ctx: OperatorContext, namespace: str) -> str | None:
+def namespace_full(
+    ctx: OperatorContext, namespace: str, sessions: list[dict[str, Any]]
+) -> str | None:
+    """Why the namespace takes no more sessions (`sessions` are all of it), or None."""
     limit = (
         ctx.settings.max_active_sessions_per_namespace
         + ctx.settings.max_waiting_sessions_per_namespace
     )
-    sessions = await ctx.kube.list_sessions(namespace)
     unfinished = sum(not is_final((s.get("status") or {}).get("phase")) for s in sessions)
     if unfinished < limit:
         return None
@@ -96,8 +105,9 @@ async def fire(
     namespace, now = meta["namespace"], ctx.now()
     hang = evidence.opens_hang_check
     refusal = ledger.refusal(namespace, job, hang, now, spec.limits)
+    sessions = [] if hang or refusal else await ctx.kube.list_sessions(namespace)
     # A hang check arms nothing and is not counted against the namespace's session limits.
-    if refusal is None and not hang and (full := await _namespace_full(ctx, namespace)):
+    if refusal is None and not hang and (full := namespace_full(ctx, namespace, sessions)):
         refusal = Refusal(TriggerEventReason.NAMESPACE_AT_LIMIT, full, now + FULL_NAMESPACE_RETELL)
     if refusal is not None:
         if told.first_time(job, refusal, now):
@@ -113,19 +123,23 @@ async def fire(
     name = session_name(
         job_name, evidence, firing_time_key(evidence, now, spec.limits.cooldown_seconds)
     )
+    choice = None if hang else _baseline_for(spec, sessions, target, now)
     try:
-        session = session_for_firing(trigger, spec, target, job, evidence, name, now)
+        session = session_for_firing(
+            trigger, spec, target, job, evidence, name, now, choice and choice.session
+        )
         created = await ctx.kube.create_session(session)
     except (ApiException, ValidationError) as exc:
         return await _not_created(ctx, told, trigger, job, evidence, name, exc)
     ledger.record(namespace, job, hang, now)
+    compared = "" if choice is None else f"; {describe_choice(choice)}"
     if created:
         kind = "hang check" if hang else "ProfileSession"
         await ctx.kube.post_event(
             trigger,
             "Warning",
             evidence.reason,
-            f"opened {kind} {name} for {job}: {evidence.message}",
+            f"opened {kind} {name} for {job}: {evidence.message}{compared}",
         )
         opened = await ctx.kube.get_session(namespace, name)
         if opened is not None:
@@ -133,11 +147,26 @@ async def fire(
                 opened,
                 "Warning",
                 evidence.reason,
-                f"opened by ProfileTrigger {meta['name']} for {job}: {evidence.message}",
+                f"opened by ProfileTrigger {meta['name']} for {job}: {evidence.message}" + compared,
             )
     return TriggerFiring(
-        time=now, job=job, reason=evidence.reason, message=evidence.message, session=name
+        time=now,
+        job=job,
+        reason=evidence.reason,
+        message=evidence.message,
+        session=name,
+        baseline_session=choice and choice.session,
+        baseline_comparison=None if choice is None else no_baseline_record(choice, name),
     )
+
+
+def _baseline_for(
+    spec: ProfileTriggerSpec, sessions: list[dict[str, Any]], target: TargetSpec, now: datetime
+) -> BaselineChoice:
+    """The template's own baseline when it names one, else the job's last good session."""
+    if spec.session_template.baseline is not None:
+        return BaselineChoice(spec.session_template.baseline.session_ref)
+    return last_good_session(sessions, target, spec.session_template.granularity, now)
 
 
 async def _not_created(

@@ -54,6 +54,17 @@ class JobJudge:
             (e for e in found if e is not None), key=lambda e: _PREFERENCE.index(e.reason)
         )
 
+    def steady(self) -> bool:
+        """Whether the job's step time has settled: its band is made and the newest sample
+        lies inside it. Without the band rule a job has no band to settle in."""
+        band = self.band.band
+        return (
+            self.rules.step_time_band.enabled
+            and band is not None
+            and bool(self.band.window)
+            and self.band.window[-1] <= band.upper
+        )
+
     def describe(self) -> str:
         """Where the job's band stands, for the trigger's Ready condition."""
         rule = self.rules.step_time_band

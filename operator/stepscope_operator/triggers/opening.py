@@ -1,11 +1,13 @@
 """The ProfileSession a firing opens: the trigger's template aimed at the job that fired,
-owned by the trigger, under a name a restarted operator derives again.
+owned by the trigger, under a name a restarted operator derives again; and the baseline
+session a trigger opens for a steady job that has none (triggers/baselines.py).
 
 The name is the job, the reason and a time: for a hang, the agent-clock minute the job
 last stepped (the same stall gives the same name, however often the operator restarts);
 for the other reasons, the start of the cooldown period the firing falls in (one session
-per job, reason and cooldown). Creating a name that exists already is answered 409, so a
-restarted operator that fires again on the same evidence opens nothing twice.
+per job, reason and cooldown); for a baseline, the UTC day (one a job a day). Creating a
+name that exists already is answered 409, so a restarted operator that fires again on the
+same evidence opens nothing twice.
 """
 
 from __future__ import annotations
@@ -27,6 +29,9 @@ JOB_ANNOTATION = "stepscope.dev/trigger-job"
 REASON_ANNOTATION = "stepscope.dev/trigger-reason"
 FIRED_ANNOTATION = "stepscope.dev/trigger-fired-at"
 EVIDENCE_ANNOTATION = "stepscope.dev/trigger-evidence"
+# On a baseline session the trigger opened: the job, as kind/name. Such a session has no
+# reason annotation, so it is never counted as a firing (firing.recorded_firings).
+BASELINE_FOR_ANNOTATION = "stepscope.dev/trigger-baseline-for"
 EVIDENCE_MAX_LENGTH = 1024
 SHORT_REASONS = {
     TriggerReason.STEP_TIME_OUT_OF_BAND: "slow",
@@ -61,6 +66,10 @@ def session_name(job_name: str, evidence: Evidence, time_key: str) -> str:
     return f"{_slug(job_name)}-{SHORT_REASONS[evidence.reason]}-{time_key}"
 
 
+def baseline_session_name(job_name: str, now: datetime) -> str:
+    return f"{_slug(job_name)}-baseline-{now.astimezone(UTC).strftime('%Y%m%d')}"
+
+
 def session_for_firing(
     trigger: dict[str, Any],
     spec: ProfileTriggerSpec,
@@ -69,9 +78,11 @@ def session_for_firing(
     evidence: Evidence,
     name: str,
     now: datetime,
+    baseline: str | None = None,
 ) -> dict[str, Any]:
-    """The ProfileSession to create, validated here so a bad value fails naming its field."""
-    meta = trigger["metadata"]
+    """The ProfileSession to create, validated here so a bad value fails naming its field.
+    `baseline` becomes its spec.baseline.sessionRef unless the template names one: a
+    baseline the user chose wins over the one the trigger found."""
     session_spec = spec.session_template.to_wire()
     session_spec["target"] = target.to_wire()
     if evidence.opens_hang_check:
@@ -83,6 +94,30 @@ def session_for_firing(
                 "stepTimeMultiplier": spec.rules.hang.step_time_multiplier,
             },
         )
+    elif baseline is not None:
+        session_spec.setdefault("baseline", {"sessionRef": baseline})
+    notes = {
+        JOB_ANNOTATION: job,
+        REASON_ANNOTATION: evidence.reason.value,
+        FIRED_ANNOTATION: now.isoformat(),
+        EVIDENCE_ANNOTATION: clip_text(evidence.message, EVIDENCE_MAX_LENGTH),
+    }
+    return _owned_session(trigger, name, session_spec, notes)
+
+
+def session_for_baseline(
+    trigger: dict[str, Any], spec: ProfileTriggerSpec, target: TargetSpec, job: str, name: str
+) -> dict[str, Any]:
+    """A healthy session of the job from the trigger's template, to be its baseline."""
+    session_spec = spec.session_template.to_wire()
+    session_spec["target"] = target.to_wire()
+    return _owned_session(trigger, name, session_spec, {BASELINE_FOR_ANNOTATION: job})
+
+
+def _owned_session(
+    trigger: dict[str, Any], name: str, session_spec: dict[str, Any], notes: dict[str, str]
+) -> dict[str, Any]:
+    meta = trigger["metadata"]
     ProfileSessionSpec.model_validate(session_spec)
     return {
         "apiVersion": API_VERSION,
@@ -91,12 +126,7 @@ def session_for_firing(
             "name": name,
             "namespace": meta["namespace"],
             "labels": {TRIGGER_LABEL: meta["uid"]},
-            "annotations": {
-                JOB_ANNOTATION: job,
-                REASON_ANNOTATION: evidence.reason.value,
-                FIRED_ANNOTATION: now.isoformat(),
-                EVIDENCE_ANNOTATION: clip_text(evidence.message, EVIDENCE_MAX_LENGTH),
-            },
+            "annotations": notes,
             "ownerReferences": [
                 {
                     "apiVersion": API_VERSION,

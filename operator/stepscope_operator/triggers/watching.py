@@ -9,6 +9,12 @@ again from new samples (``warmupSamples``), and the ledger is refilled from the 
 trigger opened (their annotations) before it may fire; a firing that still happens twice
 meets the deterministic name of the first (triggers/opening.py) and opens nothing.
 A changed spec (a new generation) starts every job's rules afresh.
+
+What a tick costs: the timer runs every 5 s for every trigger, outside the sample budget,
+so a tick that is not due does no more than a dictionary look-up and a clock read (the spec
+is validated once per generation and kept in the watch), and a tick writes the status only
+when it differs from the one the trigger has: a suspended trigger or an invalid spec is
+told once, not patched every tick. tests/unit/operator/test_trigger_ticks.py measures it.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from pydantic import ValidationError
@@ -35,10 +41,12 @@ from stepscope_operator.threads import computed
 from stepscope_operator.triggers.firing import Told, fire, recall_firings
 from stepscope_operator.triggers.judging import JobJudge
 from stepscope_operator.triggers.ledger import FiringLedger
+from stepscope_operator.triggers.recording import RECHECK, record_baseline
 from stepscope_operator.triggers.sample_budget import SampleBudget
 from stepscope_operator.triggers.samples import JobSample
 from stepscope_operator.triggers.sampling import sample_job
 from stepscope_operator.triggers.seats import TriggerSeats
+from stepscope_operator.triggers.verdicts import awaits_verdict, follow_verdict
 
 PRUNE_EVERY_SECONDS = 60.0
 
@@ -52,9 +60,18 @@ class TriggerWatch:
     told: Told = field(default_factory=Told)
     sampled_at: float | None = None  # time.monotonic()
     recalled: bool = False
+    # The spec of this generation, validated once; or why it does not validate.
+    spec: ProfileTriggerSpec | None = None
+    invalid: str | None = None
+    # When each job was last looked at for a missing baseline (triggers/recording.py).
+    baseline_checked: dict[str, datetime] = field(default_factory=dict)
 
     def due(self, interval_s: int, now: float) -> bool:
         return self.sampled_at is None or now - self.sampled_at >= interval_s
+
+    def baseline_due(self, job: str, now: datetime) -> bool:
+        checked = self.baseline_checked.get(job)
+        return checked is None or now - checked >= RECHECK
 
 
 @dataclass
@@ -82,28 +99,23 @@ class TriggerBoard:
 async def watch_trigger(
     ctx: OperatorContext, board: TriggerBoard, body: dict[str, Any]
 ) -> dict[str, Any] | None:
-    """Sample and judge the trigger's jobs when due; the status to write, or None."""
+    """Sample and judge the trigger's jobs when due; the status to write, or None when the
+    trigger's status would not change."""
     meta = body["metadata"]
-    status = ProfileTriggerStatus.model_validate(body.get("status") or {})
     created = meta.get("creationTimestamp") or ""
     if not board.seats.seated(meta["namespace"], meta["uid"], created):
         board.watches.pop(meta["uid"], None)
-        if any(c.reason == TriggerEventReason.TOO_MANY_TRIGGERS for c in status.conditions):
-            return None
         message = (
             f"namespace {meta['namespace']} has more than {board.seats.limit} ProfileTriggers; "
             "the oldest are watched, this one waits: delete one, or watch more jobs per trigger"
         )
-        return _with_ready(
-            ctx, body, status, "False", TriggerEventReason.TOO_MANY_TRIGGERS, message
-        )
+        return _changed(ctx.now(), body, TriggerEventReason.TOO_MANY_TRIGGERS, message, "False")
     watch = board.watch_for(meta["uid"], meta.get("generation"))
-    try:
-        spec = ProfileTriggerSpec.model_validate(body["spec"])
-    except ValidationError as exc:
+    spec = _spec_of(watch, body)
+    if spec is None:
         # The API server checks the same rules; this is a CRD older than the operator.
-        return _with_ready(
-            ctx, body, status, "False", TriggerEventReason.INVALID_SPEC, str(exc)[:400]
+        return _changed(
+            ctx.now(), body, TriggerEventReason.INVALID_SPEC, watch.invalid or "", "False"
         )
     clock = time.monotonic()
     if not watch.due(spec.interval_seconds, clock):
@@ -114,12 +126,17 @@ async def watch_trigger(
         board.pruned_at = clock
     if spec.suspend:
         message = "spec.suspend is true: no job is sampled and nothing fires"
-        return _with_ready(ctx, body, status, "False", TriggerEventReason.SUSPENDED, message)
+        return _changed(ctx.now(), body, TriggerEventReason.SUSPENDED, message, "False")
+    status = ProfileTriggerStatus.model_validate(body.get("status") or {})
     if not watch.recalled:
         recalled = await recall_firings(ctx, board.ledger, body)
         watch.recalled = True
         if status.last_fired is None and recalled is not None:
             status = status.model_copy(update={"last_fired": recalled})
+    if awaits_verdict(status.last_fired):
+        assert status.last_fired is not None
+        followed = await follow_verdict(ctx, body, status.last_fired)
+        status = status.model_copy(update={"last_fired": followed})
     targets = spec.jobs.targets()
     late = board.budget.describe_wait(await board.budget.take(len(targets)))
     samples = await asyncio.gather(*(sample_job(ctx, meta["namespace"], t) for t in targets))
@@ -138,17 +155,50 @@ async def watch_trigger(
                 status = status.model_copy(update={"last_fired": outcome})
                 break
         notes.append(f"{job}: {judge.describe()}")
+        now = ctx.now()
+        if spec.record_baselines and not found and judge.steady() and watch.baseline_due(job, now):
+            watch.baseline_checked[job] = now
+            if recorded := await record_baseline(ctx, body, spec, target, job, now):
+                notes.append(f"{job}: {recorded}")
     status = status.model_copy(update={"jobs_watched": answered, "last_sample_time": ctx.now()})
     ready = (
         ("True", TriggerEventReason.WATCHING)
         if answered
         else ("False", TriggerEventReason.JOB_UNREACHABLE)
     )
-    return _with_ready(ctx, body, status, *ready, "; ".join(notes))
+    return _with_ready(ctx.now(), body, status, *ready, "; ".join(notes))
+
+
+def _spec_of(watch: TriggerWatch, body: dict[str, Any]) -> ProfileTriggerSpec | None:
+    """The spec of the watch's generation, validated on its first tick only."""
+    if watch.spec is None and watch.invalid is None:
+        try:
+            watch.spec = ProfileTriggerSpec.model_validate(body["spec"])
+        except ValidationError as exc:
+            watch.invalid = str(exc)[:400]
+    return watch.spec
+
+
+def _changed(
+    now: datetime, body: dict[str, Any], reason: TriggerEventReason, message: str, ready: str
+) -> dict[str, Any] | None:
+    """The status that says `reason` in Ready, or None when the trigger's status says so
+    already for this generation: a trigger that stays suspended, invalid or without a seat
+    is told once, not patched every tick."""
+    status = body.get("status") or {}
+    generation = body["metadata"].get("generation")
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == READY:
+            told = (condition.get("status"), condition.get("reason"), condition.get("message"))
+            if told == (ready, reason, message) and status.get("observedGeneration") == generation:
+                return None
+    return _with_ready(
+        now, body, ProfileTriggerStatus.model_validate(status), ready, reason, message
+    )
 
 
 def _with_ready(
-    ctx: OperatorContext,
+    now: datetime,
     body: dict[str, Any],
     status: ProfileTriggerStatus,
     ready: str,
@@ -156,9 +206,7 @@ def _with_ready(
     message: str,
 ) -> dict[str, Any]:
     generation = body["metadata"].get("generation")
-    conditions = set_condition(
-        status.conditions, READY, ready, reason, message, generation, ctx.now()
-    )
+    conditions = set_condition(status.conditions, READY, ready, reason, message, generation, now)
     final = status.model_copy(update={"conditions": conditions, "observed_generation": generation})
     # Re-validate so a bad value fails here, with the field named, not on the server.
     return ProfileTriggerStatus.model_validate(final.model_dump()).to_wire()

@@ -1,0 +1,124 @@
+"""What a ProfileTrigger's timer tick costs and writes: a tick that changes nothing returns
+no status to patch (a suspended trigger, an invalid spec, a trigger without a seat are told
+once), and a tick that is not due is cheap. The ticks below never reach the API server or
+an agent: a suspended or invalid trigger samples nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import UTC, datetime
+
+from stepscope_operator.triggers.judging import JobJudge
+from stepscope_operator.triggers.samples import JobSample, RankSample
+from stepscope_operator.triggers.seats import TriggerSeats
+from stepscope_operator.triggers.watching import TriggerBoard, watch_trigger
+
+from stepscope.api.trigger import TriggerEventReason, TriggerRules
+
+
+class Clock:
+    """The one part of the operator's context these ticks use: its clock."""
+
+    def now(self) -> datetime:
+        return datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
+
+
+def trigger(spec: dict, generation: int = 1) -> dict:
+    return {
+        "metadata": {
+            "name": "watch",
+            "namespace": "team",
+            "uid": "u-1",
+            "generation": generation,
+            "creationTimestamp": "2026-12-06T11:00:00Z",
+        },
+        "spec": spec,
+    }
+
+
+SUSPENDED = {"jobs": {"kind": "pytorchJob", "names": ["llama"]}, "suspend": True}
+INVALID = {"jobs": {"kind": "pytorchJob", "names": ["llama"]}, "intervalSeconds": 1}
+
+
+def tick(board: TriggerBoard, body: dict) -> dict | None:
+    """One tick; the status it returns is written back as kopf's patch would."""
+    status = asyncio.run(watch_trigger(Clock(), board, body))  # type: ignore[arg-type]
+    if status is not None:
+        body["status"] = status
+    return status
+
+
+def make_due(board: TriggerBoard) -> None:
+    for watch in board.watches.values():
+        watch.sampled_at = None
+
+
+def ready(body: dict) -> dict:
+    return next(c for c in body["status"]["conditions"] if c["type"] == "Ready")
+
+
+def test_a_suspended_trigger_is_told_once_and_then_patches_nothing():
+    board, body = TriggerBoard(), trigger(SUSPENDED)
+    assert tick(board, body) is not None
+    assert ready(body)["reason"] == TriggerEventReason.SUSPENDED
+    for _ in range(3):
+        make_due(board)
+        assert tick(board, body) is None
+
+
+def test_an_invalid_spec_is_reported_once_until_the_spec_changes():
+    board, body = TriggerBoard(), trigger(INVALID)
+    assert tick(board, body) is not None
+    assert ready(body)["reason"] == TriggerEventReason.INVALID_SPEC
+    assert "intervalSeconds" in ready(body)["message"]
+    for _ in range(3):
+        assert tick(board, body) is None
+    changed = trigger(SUSPENDED, generation=2) | {"status": body["status"]}
+    assert tick(board, changed) is not None
+    assert ready(changed)["reason"] == TriggerEventReason.SUSPENDED
+
+
+def test_a_trigger_without_a_seat_is_told_once():
+    board = TriggerBoard(seats=TriggerSeats(limit=1))
+    tick(board, trigger(SUSPENDED) | {"metadata": {**trigger(SUSPENDED)["metadata"], "uid": "a"}})
+    late = trigger(SUSPENDED)
+    late["metadata"]["creationTimestamp"] = "2026-12-06T11:30:00Z"
+    assert tick(board, late) is not None
+    assert ready(late)["reason"] == TriggerEventReason.TOO_MANY_TRIGGERS
+    assert tick(board, late) is None
+
+
+def test_a_tick_that_is_not_due_validates_nothing_and_costs_microseconds():
+    board, body = TriggerBoard(), trigger(SUSPENDED)
+    tick(board, body)  # due: told, then not due for intervalSeconds
+
+    async def ticks(count: int) -> float:
+        start = time.perf_counter()
+        for _ in range(count):
+            assert await watch_trigger(Clock(), board, body) is None  # type: ignore[arg-type]
+        return (time.perf_counter() - start) / count
+
+    per_tick = asyncio.run(ticks(2000))
+    print(f"a tick that is not due: {per_tick * 1e6:.1f} us")
+    # The spec used to be validated on every tick: 33 us a tick on this 2-core machine (0.42
+    # ms in the operator under load); now once a generation, about 1 us.
+    assert per_tick < 15e-6, per_tick
+
+
+def test_a_job_is_steady_once_its_band_is_made_and_its_newest_sample_lies_inside():
+    rules = TriggerRules.model_validate({"stepTimeBand": {"window": 10, "warmupSamples": 5}})
+    judge = JobJudge(rules)
+    step = 0
+
+    def sample(ms: float) -> JobSample:
+        nonlocal step
+        step += 20
+        rank = RankSample(0, "p", "n", step, ms, None, float(step), float(step), ms)
+        return JobSample(ranks=(rank,))
+
+    for _ in range(6):
+        judge.judge(sample(100.0))
+    assert judge.steady()
+    judge.judge(sample(200.0))
+    assert not judge.steady()
