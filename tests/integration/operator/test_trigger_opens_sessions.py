@@ -1,6 +1,9 @@
 """A ProfileTrigger opens sessions by itself: when the job's step time leaves its band, and a
 hang check when the job stops; within its cooldown a second rise opens nothing; a session
-the API server refuses (a quota) is told in the server's words and tried again later.
+the API server refuses (a quota) is told in the server's words and tried again later. A
+triggered session is compared with the job's last good session (a baseline the trigger
+recorded while the job was steady), and the verdict lands in the session's and the
+trigger's status and in BaselineCompared Events.
 
 The real operator process and the real sidecar code (stepscope_dev.agent_fleet: simulated
 trainers stepping every 50 ms); the trigger samples every 5 s (its shortest interval) with
@@ -12,7 +15,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from stepscope_operator.triggers.opening import REASON_ANNOTATION, TRIGGER_LABEL
+from stepscope_operator.triggers.opening import (
+    BASELINE_FOR_ANNOTATION,
+    REASON_ANNOTATION,
+    TRIGGER_LABEL,
+)
 from stepscope_operator.triggers.seats import MAX_TRIGGERS_PER_NAMESPACE
 from support import wait_until
 from support.fleet_helpers import start_fleet
@@ -22,6 +29,7 @@ from support.operator_helpers import (
     object_events,
     operator_env,
     session_events,
+    session_phase,
 )
 
 from stepscope.api.trigger import TriggerEventReason, TriggerReason
@@ -71,6 +79,9 @@ def trigger_manifest(namespace: str) -> dict:
                 "granularity": "steps",
                 "window": {"steps": 3, "warmupSteps": 0, "leadSeconds": 1, "timeoutSeconds": 30},
             },
+            # The baselines a trigger records have a test of their own
+            # (test_trigger_compares_with_baseline.py); here only firings open sessions.
+            "recordBaselines": False,
         },
     }
 
@@ -159,6 +170,7 @@ def test_a_slowdown_and_a_stop_open_sessions_within_the_cooldown(
     ]
     assert len(fired) == 1 and name in fired[0]["message"], fired
     assert "against the median, above its band" in fired[0]["message"]
+    assert "no baseline to compare with: the job has no earlier session" in fired[0]["message"]
     told = [
         e
         for e in session_events(local_cluster, namespace, name)
@@ -168,6 +180,8 @@ def test_a_slowdown_and_a_stop_open_sessions_within_the_cooldown(
     status = get_trigger(local_cluster, namespace)["status"]
     assert status["lastFired"]["session"] == name
     assert status["lastFired"]["reason"] == "StepTimeOutOfBand"
+    unjudged = status["lastFired"]["baselineComparison"]
+    assert unjudged["verdict"] == "inconclusive" and unjudged["reason"].startswith("no baseline")
     assert status["jobsWatched"] == 1
     printed = local_cluster.kubectl("get", "profiletriggers", "-n", namespace).stdout
     assert "StepTimeOutOfBand" in printed and name in printed, printed
@@ -206,6 +220,94 @@ def test_a_slowdown_and_a_stop_open_sessions_within_the_cooldown(
     assert stopped and "no rank has advanced for" in stopped[0]["message"]
     assert "hang threshold 10s" in stopped[0]["message"]
     assert get_session(local_cluster, namespace, hang["metadata"]["name"]) is not None
+
+
+def test_a_triggered_session_is_judged_against_the_baseline_the_trigger_recorded(
+    local_cluster, namespace, fleet, trigger_operator, pod_runner
+):
+    """The job has no session at first: once its step time settles in its band the trigger
+    opens one healthy baseline session (a BaselineOpened Event). Then the job slows to twice
+    its step time; the session the firing opens names that baseline in
+    spec.baseline.sessionRef, and its analysis judges it a regression."""
+    manifest = trigger_manifest(namespace)
+    manifest["spec"]["recordBaselines"] = True
+    # Ten steps a session: enough for the step-time test to tell twice the step time apart.
+    manifest["spec"]["sessionTemplate"]["window"]["steps"] = 10
+    local_cluster.kubectl("apply", "-f", "-", input=json.dumps(manifest))
+    uid = get_trigger(local_cluster, namespace)["metadata"]["uid"]
+
+    (baseline,) = wait_until(
+        lambda: opened_sessions(local_cluster, namespace, uid), 90, "a baseline session"
+    )
+    name = baseline["metadata"]["name"]
+    assert baseline["metadata"]["annotations"][BASELINE_FOR_ANNOTATION] == "pods/app=fleet"
+    opened = [
+        e
+        for e in trigger_events(local_cluster, namespace)
+        if e["reason"] == TriggerEventReason.BASELINE_OPENED
+    ]
+    assert opened and name in opened[0]["message"], opened
+    try:
+        wait_until(
+            lambda: session_phase(local_cluster, namespace, name) in ("Succeeded", "Failed"),
+            90,
+            "the baseline session finished",
+        )
+    except TimeoutError:
+        print(json.dumps(get_session(local_cluster, namespace, name), indent=1))
+        raise
+    baseline_status = get_session(local_cluster, namespace, name)["status"]
+    assert baseline_status["phase"] == "Succeeded", json.dumps(baseline_status, indent=1)
+
+    fleet.step_s = 2 * STEP_S
+    slow = wait_until(
+        lambda: [
+            s
+            for s in opened_sessions(local_cluster, namespace, uid)
+            if s["metadata"]["name"] != name
+        ],
+        60,
+        "a session for the slowdown",
+    )[0]
+    slow_name = slow["metadata"]["name"]
+    assert slow["spec"]["baseline"] == {"sessionRef": name}
+    fired = [
+        e
+        for e in trigger_events(local_cluster, namespace)
+        if e["reason"] == TriggerReason.STEP_TIME_OUT_OF_BAND
+    ]
+    assert f"compared with the job's last good session {name}" in fired[0]["message"], fired
+
+    def judged() -> dict | None:
+        last = (get_trigger(local_cluster, namespace).get("status") or {}).get("lastFired")
+        return (last or {}).get("baselineComparison")
+
+    record = wait_until(judged, 120, "the trigger's lastFired.baselineComparison")
+    trigger_status = get_trigger(local_cluster, namespace)["status"]
+    assert trigger_status["lastFired"]["session"] == slow_name
+    assert trigger_status["lastFired"]["baselineSession"] == name
+    assert record["verdict"] == "regression", record
+    assert record["session"] == name and record["stepTimeDeltaPct"] > 50, record
+    assert record["explanation"].startswith("slower by"), record
+    assert get_session(local_cluster, namespace, slow_name)["status"]["baselineComparison"] == (
+        record
+    )
+    compared = [
+        e
+        for e in trigger_events(local_cluster, namespace)
+        if e["reason"] == TriggerEventReason.BASELINE_COMPARED
+    ]
+    assert len(compared) == 1 and compared[0]["type"] == "Warning", compared
+    message = compared[0]["message"]
+    assert f"session {slow_name} (StepTimeOutOfBand) against the job's last good" in message
+    assert "median step " in message and "slower by" in message, message
+    print(message)
+    on_session = [
+        e
+        for e in session_events(local_cluster, namespace, slow_name)
+        if e["reason"] == TriggerEventReason.BASELINE_COMPARED
+    ]
+    assert on_session and on_session[0]["message"] == message
 
 
 @pytest.mark.parametrize(
