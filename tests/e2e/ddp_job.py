@@ -5,8 +5,13 @@ makes one rank sleep longer each step, so the others wait for it at the all-redu
 analysis has a straggler to find. ``--block-rank`` makes one rank's data loading wait at
 step ``--block-at-step`` for a file nobody creates, so the job hangs with the others inside
 the all-reduce, for the hang checks to find. ``--extra-compute-file`` names a file the test
-rewrites while the job runs: each step reads milliseconds of extra matrix products to do in
-the forward pass from it, so a test can slow the job's compute and restore it.
+rewrites while the job runs: each step reads milliseconds of extra matrix products to do
+after the forward pass from it, so a test can slow the job's compute and restore it.
+
+The extra work is a few large matrix products, their count calibrated at start to fill the
+milliseconds asked: the profiler sees each as one long ``aten::mm``, which the analysis
+counts as compute. A loop of thousands of tiny products would take the same time but show
+mostly as the host's launch gaps between them (host overhead and idle), not as compute.
 """
 
 import argparse
@@ -25,19 +30,41 @@ def load_batch(step: int, rank: int, args: argparse.Namespace) -> None:
             time.sleep(0.1)  # the blocking line a hang check names
 
 
-def _extra_compute(path: str) -> None:
+# One product of two EXTRA_SIDE x EXTRA_SIDE matrices takes a few milliseconds on one core:
+# large enough that its gaps are nothing beside it, small enough to fill 10 ms in steps.
+EXTRA_SIDE = 512
+
+
+class ExtraCompute:
     """Matrix products for as many milliseconds as the knob file says (0 when absent)."""
-    if not path:
-        return
-    try:
-        with open(path) as knob:
-            milliseconds = float(knob.read().strip() or 0)
-    except (OSError, ValueError):
-        return
-    block = torch.ones(96, 96)
-    deadline = time.perf_counter() + milliseconds / 1000.0
-    while time.perf_counter() < deadline:
-        torch.mm(block, block)
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.block = torch.randn(EXTRA_SIDE, EXTRA_SIDE)
+        self.product_ms = self._calibrate() if path else 0.0
+
+    def _calibrate(self) -> float:
+        # The fastest of a few: the pods start together and share the cores while they do.
+        timings = []
+        for _ in range(7):
+            start = time.perf_counter()
+            torch.mm(self.block, self.block)
+            timings.append((time.perf_counter() - start) * 1000.0)
+        return max(min(timings), 0.05)
+
+    def milliseconds(self) -> float:
+        try:
+            with open(self.path) as knob:
+                return float(knob.read().strip() or 0)
+        except (OSError, ValueError):
+            return 0.0
+
+    def run(self) -> None:
+        if not self.path:
+            return
+        products = round(self.milliseconds() / self.product_ms)
+        for _ in range(products):
+            torch.mm(self.block, self.block)
 
 
 def main() -> None:
@@ -61,11 +88,13 @@ def main() -> None:
     )
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     inputs, targets = torch.randn(32, 64), torch.randint(0, 8, (32,))
+    extra_compute = ExtraCompute(args.extra_compute_file)
+    print(f"rank {rank}: one extra product takes {extra_compute.product_ms:.2f} ms", flush=True)
     for step in range(args.steps):
         load_batch(step, rank, args)
         optimizer.zero_grad()
         loss = torch.nn.functional.cross_entropy(model(inputs), targets)
-        _extra_compute(args.extra_compute_file)
+        extra_compute.run()
         # The sleep stands in for data loading / compute that differs per rank; it sits
         # before backward so the slow rank reaches the all-reduce late.
         time.sleep(args.step_sleep + (args.slow_extra if rank == args.slow_rank else 0.0))

@@ -1,11 +1,20 @@
 """A ProfileTrigger watching a running 4-rank DDP PyTorchJob (real trainers under the training
-operator, their real agent sidecars) opens sessions by itself: nothing while the job is
-healthy, one step-time session when its compute grows, nothing more within the cooldown while
-it stays slow, and a hang check, which names the blocked rank, when one rank stops.
+operator, their real agent sidecars) opens sessions by itself: while the job is healthy only
+the baseline it records for later comparisons, one step-time session when its compute grows,
+judged against that baseline with compute named as what moved, nothing more within the
+cooldown while it stays slow, and a hang check, which names the blocked rank, when one rank
+stops.
 
 The trigger samples every 5 s (its shortest interval) with a warm-up of 5 samples and a
 band of at least +10% over 10 samples. The job steps in about 65 ms; 40 ms of added compute a
-step is +60%, far outside any band this machine's noise draws. Every wait has a deadline.
+step (a few large matrix products, ddp_job.ExtraCompute) is +60% or more, far outside any
+band this machine's noise draws. Every wait has a deadline.
+
+The sessions profile at granularity ops: step timings alone cannot tell compute from
+anything else. The job's own verdict stays "idle" (its 50 ms sleep a step), and on this
+2-core machine it could not be "compute": four ranks that computed for 80% of a step would
+need 3.2 cores, and contended ranks wait for each other at the all-reduce. What names the
+added compute is the comparison with the baseline: compute is the part of the step that grew.
 """
 
 from __future__ import annotations
@@ -14,7 +23,11 @@ import json
 
 import pytest
 from e2e_helpers import apply, pytorchjob, running_pods
-from stepscope_operator.triggers.opening import REASON_ANNOTATION, TRIGGER_LABEL
+from stepscope_operator.triggers.opening import (
+    BASELINE_FOR_ANNOTATION,
+    REASON_ANNOTATION,
+    TRIGGER_LABEL,
+)
 from support import wait_until
 from support.operator_helpers import get_session, object_events, session_phase
 
@@ -26,7 +39,7 @@ KNOB = "extra-compute-ms"
 NAME = "ddp-watch"
 
 
-def _trigger(namespace: str, job: str, hang_floor_seconds: int) -> dict:
+def _trigger(namespace: str, job: str, hang_floor_seconds: int, baselines: bool = True) -> dict:
     return {
         "apiVersion": "stepscope.dev/v1alpha1",
         "kind": "ProfileTrigger",
@@ -39,8 +52,9 @@ def _trigger(namespace: str, job: str, hang_floor_seconds: int) -> dict:
                 "hang": {"thresholdFloorSeconds": hang_floor_seconds, "stepTimeMultiplier": 10},
             },
             "limits": {"cooldownSeconds": 600},
+            "recordBaselines": baselines,
             "sessionTemplate": {
-                "granularity": "steps",
+                "granularity": "ops",
                 "window": {"steps": 10, "warmupSteps": 1, "leadSeconds": 2, "timeoutSeconds": 90},
             },
         },
@@ -80,6 +94,20 @@ def _more_samples(cluster, namespace: str, count: int) -> None:
     wait_until(enough, 15 * count, f"{count} more samples", interval=1)
 
 
+def _fired(cluster, namespace: str) -> list[dict]:
+    """The sessions a firing opened (not the baseline the trigger recorded)."""
+    return [
+        s
+        for s in _opened(cluster, namespace)
+        if REASON_ANNOTATION in (s["metadata"].get("annotations") or {})
+    ]
+
+
+def _last_fired(cluster, namespace: str) -> dict:
+    out = cluster.kubectl("get", "profiletrigger", NAME, "-n", namespace, "-o", "json")
+    return (json.loads(out.stdout).get("status") or {}).get("lastFired") or {}
+
+
 def _reasons(cluster, namespace: str) -> list[str]:
     return [e["reason"] for e in object_events(cluster, namespace, NAME, "ProfileTrigger")]
 
@@ -107,39 +135,58 @@ def test_added_compute_opens_one_session_and_the_cooldown_holds_the_rest(
     wait_until(running_pods(cluster, namespace, "ddp"), 180, "4 running pods")
     apply(cluster, _trigger(namespace, "ddp", hang_floor_seconds=300))
 
-    # Healthy: the band warms up and holds the job's step time; nothing opens.
+    # Healthy: the band warms up and holds the job's step time; the trigger records the
+    # job's baseline, and nothing else opens.
     wait_until(lambda: "in band" in _ready_message(cluster, namespace), 120, "a warm band")
-    _more_samples(cluster, namespace, 3)
-    assert _opened(cluster, namespace) == []
+    (baseline,) = wait_until(lambda: _opened(cluster, namespace), 30, "a baseline session")
+    assert BASELINE_FOR_ANNOTATION in baseline["metadata"]["annotations"], baseline["metadata"]
+    baseline_name = baseline["metadata"]["name"]
+    status = _final(
+        cluster, namespace, baseline_name, ("Succeeded", "PartiallySucceeded", "Failed")
+    )
+    assert status["phase"] == "Succeeded", json.dumps(status, indent=1)
+    assert _fired(cluster, namespace) == []
 
     knobs.write(KNOB, "40")
-    (slow,) = wait_until(lambda: _opened(cluster, namespace), 90, "a session for the slowdown")
+    (slow,) = wait_until(lambda: _fired(cluster, namespace), 90, "a session for the slowdown")
     annotations = slow["metadata"]["annotations"]
     assert annotations[REASON_ANNOTATION] == TriggerReason.STEP_TIME_OUT_OF_BAND, annotations
     assert slow["spec"]["target"]["pytorchJob"] == "ddp"
+    assert slow["spec"]["baseline"] == {"sessionRef": baseline_name}
     fired = [
         e
         for e in object_events(cluster, namespace, NAME, "ProfileTrigger")
         if e["reason"] == TriggerReason.STEP_TIME_OUT_OF_BAND
     ]
     assert len(fired) == 1 and slow["metadata"]["name"] in fired[0]["message"], fired
+    # The Event carries the band the step time left: its edge, median and spread.
     assert "against the median, above its band" in fired[0]["message"]
+    assert " ms = median " in fired[0]["message"] and "x MAD" in fired[0]["message"]
+    assert f"last good session {baseline_name}" in fired[0]["message"]
     print(fired[0]["message"])
 
+    # The opened session's verdict against the baseline names compute as what grew.
+    record = wait_until(
+        lambda: _last_fired(cluster, namespace).get("baselineComparison"),
+        120,
+        "the slowdown judged against the baseline",
+    )
+    print(record)
+    assert record["verdict"] == "regression", record
+    assert record["explanation"].split(": ", 1)[1].startswith("compute "), record
     # Still slow: the band rule keeps finding it, the cooldown holds every firing.
     wait_until(
         lambda: TriggerEventReason.COOLING_DOWN in _reasons(cluster, namespace),
         60,
         "the cooldown told",
     )
-    assert [s["metadata"]["name"] for s in _opened(cluster, namespace)] == [
-        slow["metadata"]["name"]
-    ]
+    assert [s["metadata"]["name"] for s in _fired(cluster, namespace)] == [slow["metadata"]["name"]]
     # The session the trigger opened profiles the job like any other.
     status = _final(
         cluster, namespace, slow["metadata"]["name"], ("Succeeded", "PartiallySucceeded", "Failed")
     )
     assert status["phase"] == "Succeeded", json.dumps(status, indent=1)
+    assert status["baselineComparison"] == record
     print(cluster.kubectl("get", "profiletriggers", "-n", namespace).stdout)
 
 
@@ -149,7 +196,8 @@ def test_a_blocked_rank_opens_a_hang_check_that_names_it(e2e_platform, namespace
     args += ["--block-at-step", "400"]
     apply(cluster, pytorchjob(e2e_platform, namespace, "hung", workers=3, args=args))
     wait_until(running_pods(cluster, namespace, "hung"), 180, "4 running pods")
-    apply(cluster, _trigger(namespace, "hung", hang_floor_seconds=15))
+    # A job that stops within a minute needs no baseline for later comparisons.
+    apply(cluster, _trigger(namespace, "hung", hang_floor_seconds=15, baselines=False))
 
     (check,) = wait_until(lambda: _opened(cluster, namespace), 150, "a hang check")
     assert check["spec"]["mode"] == "hang-check", check["spec"]
