@@ -112,7 +112,9 @@ class LimitedPython:
         # The child's alarm bounds the wait; this bounds a server that stopped answering.
         ready, _, _ = select.select([self.server.stdout], [], [], self.timeout_s + 30)
         if not ready:
-            raise TimeoutError(f"the warm interpreter did not answer within {self.timeout_s + 30} s")
+            raise TimeoutError(
+                f"the warm interpreter did not answer within {self.timeout_s + 30} s"
+            )
         reply = json.loads(self.server.stdout.readline())
         return Finished(reply["returncode"], out.read_text(), err.read_text())
 
