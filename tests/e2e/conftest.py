@@ -106,6 +106,16 @@ def namespace(e2e_platform) -> Iterator[str]:
     cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
 
 
+@pytest.fixture(scope="module")
+def module_namespace(e2e_platform) -> Iterator[str]:
+    """``namespace`` for a module whose tests share one running job (its sessions differ)."""
+    cluster = e2e_platform.cluster
+    name = _create_namespace(e2e_platform, agent_config_map=True)
+    yield name
+    cluster.kubectl("delete", "pytorchjobs", "--all", "-n", name, "--wait=false", check=False)
+    cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
 @pytest.fixture
 def operator_process(e2e_platform, tmp_path) -> Iterator[OperatorProcess]:
     """The operator, audited: a test fails when it imported a raw-trace reader."""

@@ -6,7 +6,7 @@ operator from its image under the chart's RBAC; the Kubeflow training operator's
 containers, the workers' init container waiting on the master's name through the node's cluster
 DNS; the agent injected by the chart's webhook through its Service; the trainers' torch from the
 host's virtualenv, mounted read-only; the analysis Job as a pod the kubelet starts. The session's
-verdict, Events and artifacts are held to the same assertions as test_session_flow.py
+verdict, Events and artifacts are held to the same assertions as test_sessions_on_one_job.py
 (``support.session_checks``). Its node is its own (the ``demo_platform`` fixture): the chart
 installs the CRDs, which helm refuses to adopt on a cluster where they were applied before.
 """

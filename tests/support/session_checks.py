@@ -1,7 +1,8 @@
-"""What an analysed session must show, checked the same way wherever its pods ran.
+"""What an analysed session must show, checked the same way wherever the operator ran.
 
-The e2e tier runs the job's pods under the process pod runner (tests/e2e/test_session_flow.py);
-the real node runs them in containers (tests/integration/realnode/test_session_on_node.py).
+The e2e tier runs the operator as a host process beside the real node's pods
+(tests/e2e/test_sessions_on_one_job.py); the demo's session runs it from its image through
+the chart (tests/e2e/test_session_on_real_node.py).
 Both end in ``check_analysed_session``: the verdict, the story of Events, the raw traces and
 the analysis Job's outputs in S3, and what `kubectl get` and `describe` print; then
 ``check_delete_removes_artifacts``.

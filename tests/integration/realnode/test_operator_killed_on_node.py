@@ -9,7 +9,7 @@ task for the container ID in the pod's status (``ctr tasks list``), never a proc
 follows is the kubelet's and the operator's own doing: the container is restarted (restart
 count, last state terminated by signal 9, exit code 137), kopf starts the session's daemon
 again, and the operator logs that it resumed with the plan it persisted before the kill.
-test_operator_restart.py tells the same story with the operator as a host process; the pod
+test_sessions_on_one_job.py tells the same story with the operator as a host process; the pod
 deleted outright is test_operator_deployment.py's.
 """
 
