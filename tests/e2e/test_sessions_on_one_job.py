@@ -1,6 +1,7 @@
 """One running 4-rank DDP PyTorchJob profiled by session after session, as a team's job is:
 the demo flow to an analysed describe and back to an empty prefix, the steps tier, a session
-deleted while armed, and the operator killed mid-window.
+deleted while armed, the operator killed mid-window, and an analysis Job the API server
+refuses.
 
 The job starts once for the module (its pods on the node, torch imported and the ranks
 stepping take a minute of the tier's two cores); each test brings its own session and its own
@@ -23,6 +24,7 @@ from e2e_helpers import (
     pytorchjob,
     running_pods,
 )
+from e2e_platform import stop_audited_operator
 from prometheus_client.parser import text_string_to_metric_families
 from stepscope_dev.agent_calls import signed_call
 from stepscope_operator.sessions.pod_arming import capture_id_for
@@ -37,6 +39,7 @@ pytestmark = pytest.mark.e2e
 
 JOB = "ddp"
 FINAL = ("Succeeded", "PartiallySucceeded", "Failed")
+REFUSED_RESOURCES = '{"requests": {"memory": "2Gi"}, "limits": {"memory": "1Gi"}}'
 
 
 @pytest.fixture(scope="module")
@@ -208,3 +211,32 @@ def test_restart_mid_window_resumes_to_a_final_phase(e2e_platform, job, operator
         planned["startStep"],
         planned["endStep"],
     )
+
+
+@pytest.fixture
+def refusing_operator(e2e_platform, tmp_path):
+    """The operator asking for analysis Jobs the API server refuses (a memory request above
+    the limit)."""
+    process = e2e_platform.start_operator(
+        tmp_path / "operator.log", STEPSCOPE_ANALYSIS_JOB_RESOURCES=REFUSED_RESOURCES
+    )
+    yield process
+    stop_audited_operator(process)
+
+
+def test_a_refused_analysis_job_is_a_note(e2e_platform, job, refusing_operator):
+    """An analysis Job that cannot be created leaves a Succeeded session with a note: the
+    condition ArtifactsRendered is False with the reason, and no report or merged trace is
+    claimed in status.artifacts. (Job failures on bad input, after the Job ran, are in
+    tests/integration/operator/test_hostile_rank_artifacts.py.)"""
+    cluster = e2e_platform.cluster
+    apply(cluster, profile_session(job, "noted", JOB))
+    status = final_phase(cluster, job, "noted")
+    assert status["phase"] == "Succeeded", status
+    assert status["summary"]["stepTimeMs"]["p50"] > 0
+    rendered = next(c for c in status["conditions"] if c["type"] == "ArtifactsRendered")
+    assert rendered["status"] == "False" and rendered["reason"] == "AnalysisJobNotCreated"
+    assert "could not be created (422" in rendered["message"], rendered
+    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+    assert "notes:" in ready["message"] and "the verdict stands" in ready["message"]
+    assert "report" not in status["artifacts"] and "mergedTrace" not in status["artifacts"]

@@ -7,7 +7,7 @@ a memory limit it cannot start within; the pod runner runs the Job's pod in a me
 cgroup with that limit, so the kernel's OOM killer ends it and the pod reports OOMKilled,
 exit code 137, as a kubelet would. (A Job failing on bad input is in
 test_hostile_rank_artifacts.py, one past its deadline in test_analysis_job_deadline.py,
-one the API server refuses in tests/e2e/test_analysis_job_failure.py.)
+one the API server refuses in tests/e2e/test_sessions_on_one_job.py.)
 """
 
 from __future__ import annotations
