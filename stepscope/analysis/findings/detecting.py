@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from stepscope.analysis.findings.collective_bandwidth import slow_collective_bandwidth
+from stepscope.analysis.findings.critical_path import host_bound_path
 from stepscope.analysis.findings.device import gpu_throttling, input_starves_gpu, out_of_memory_risk
 from stepscope.analysis.findings.jitter import rotating_lateness
 from stepscope.analysis.findings.loss_scaling import skipped_steps
@@ -63,6 +64,7 @@ DETECTORS: tuple[Callable[[JobSummary], Finding | None], ...] = (
     slow_collective_bandwidth,
     data_loading,
     host_overhead,
+    host_bound_path,
     memory_pressure,
     gpu_underutilization,
     no_tensor_cores,
