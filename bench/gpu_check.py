@@ -20,6 +20,12 @@ Per tier it checks:
   step of the peak inside the window and the op around it, and the peak's composition
   (parameters held from before the window, every byte accounted for).
 
+Then one more window, at ``full``, whose steps add eager bf16 matmuls, a CUDA graph replay
+and an all_reduce over a process group of its own (``bench/gpu_depth.py``): its summary
+must hold a critical path per step whose parts add up to the step and whose work is most
+of it, an MFU in (0, 1], the collective table's all_reduce row for every step, and every
+graph replay with its kernels, their GPU time busy rather than idle.
+
 Exit status: 0 when every check passes, 1 when one fails (each is printed), 77 when the
 machine has no usable GPU (the reason is printed); ``--out DIR`` keeps the artifacts and a
 ``gpu-check.json`` report. ``tests/unit/agent/test_gpu_check.py`` runs this script and
@@ -29,6 +35,7 @@ skips, naming the reason, on machines without a GPU.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
 import tempfile
@@ -55,8 +62,9 @@ def gpu_unavailable() -> str | None:
     return None
 
 
-def train_window(tier, workdir: Path, sampler) -> dict:
-    """Train through one window at ``tier``; the finished window and the NVML samples."""
+def train_window(tier, workdir: Path, sampler, label: str, extra=None, passes: int = 8) -> dict:
+    """Train through one window at ``tier``, calling ``extra`` once a step after ``passes``
+    passes of the model; the finished window and the NVML samples."""
     import torch
     from stepscope_agent import messages
     from stepscope_agent.stepping import StepCounter
@@ -76,7 +84,7 @@ def train_window(tier, workdir: Path, sampler) -> dict:
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     driver.arm(
         messages.Arm(
-            capture_id=f"gpu-check-{tier.value}",
+            capture_id=f"gpu-check-{label}",
             start_step=START_STEP,
             steps=STEPS,
             warmup_steps=WARMUP,
@@ -89,10 +97,12 @@ def train_window(tier, workdir: Path, sampler) -> dict:
     try:
         for step in range(START_STEP + STEPS + 2):
             sampler.sample_while(START_STEP - WARMUP <= step < START_STEP + STEPS)
-            for _ in range(8):  # enough work per step for NVML's 100 ms samples
+            for _ in range(passes):  # 8: enough work per step for NVML's 100 ms samples
                 with torch.autocast("cuda", dtype=torch.bfloat16):
                     loss = model(torch.randn(512, 1024, device=device)).float().pow(2).mean()
                 loss.backward()
+            if extra is not None:
+                extra()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             torch.cuda.synchronize()
@@ -107,7 +117,7 @@ def train_window(tier, workdir: Path, sampler) -> dict:
     }
 
 
-def publish(tier, window: dict, workdir: Path):
+def publish(tier, window: dict, workdir: Path, label: str):
     """The sidecar's artifacts for the window: files and the rank summary."""
     from stepscope_agent.publishing import FinishedWindow, write_artifacts
 
@@ -121,7 +131,7 @@ def publish(tier, window: dict, workdir: Path):
         trace_file=Path(finished.trace_file) if finished.trace_file else None,
         export_stall_ms=finished.export_stall_ms,
     )
-    rank_dir = workdir / tier.value / "rank-0"
+    rank_dir = workdir / label / "rank-0"
     rank_dir.mkdir(parents=True, exist_ok=True)
     return write_artifacts(finished.capture_id, tier, artifacts, window["samples"], rank_dir)
 
@@ -193,8 +203,8 @@ def run(out: Path) -> int:
     report: dict = {"tiers": {}}
     failures: list[str] = []
     for tier in (Tier.STEPS, Tier.OPS, Tier.FULL):
-        window = train_window(tier, out / "outbox", sampler)
-        _, summary = publish(tier, window, out)
+        window = train_window(tier, out / "outbox", sampler, tier.value)
+        _, summary = publish(tier, window, out, tier.value)
         found = problems(tier, summary)
         failures += found
         report["tiers"][tier.value] = {
@@ -206,11 +216,47 @@ def run(out: Path) -> int:
         print(f"{tier.value}: {len(window['samples'])} samples, {len(found)} problem(s)")
         if window["sampler_note"]:
             print(f"  sampler: {window['sampler_note']}")
+    found, summary = depth_check(out, sampler)
+    failures += found
+    report["depth"] = {"problems": found, "summary": summary.to_wire() if summary else None}
+    print(f"depth: {len(found)} problem(s)")
     (out / "gpu-check.json").write_text(json.dumps(report, indent=1, default=str))
     for failure in failures:
         print(f"FAIL {failure}")
     print("PASS" if not failures else f"{len(failures)} check(s) failed; see {out}")
     return 0 if not failures else 1
+
+
+def depth_check(out: Path, sampler) -> tuple[list[str], object]:
+    """One more window at ``full`` whose steps add a matmul chain, a CUDA graph replay and a
+    collective (``bench/gpu_depth.py``): the critical path, MFU, the collective table and
+    the replay's GPU time must reach the summary."""
+    import torch
+
+    from stepscope.api.agent import TraceSummary
+    from stepscope.tiers import Tier
+
+    depth = _sibling("gpu_depth")
+    torch.cuda.set_device(0)
+    step = depth.depth_step(torch.device("cuda", 0))
+    try:
+        window = train_window(Tier.FULL, out / "outbox", sampler, "depth", extra=step, passes=1)
+    finally:
+        depth.close_depth()
+    _, summary = publish(Tier.FULL, window, out, "depth")
+    if not isinstance(summary, TraceSummary) or summary.rank_summary is None:
+        why = getattr(summary, "trace_not_summarised", None)
+        return [f"depth: no trace summary ({why})"], summary
+    return depth.depth_problems(summary.rank_summary, STEPS), summary
+
+
+def _sibling(name: str):
+    """A module beside this script, loaded by path: bench/ is not a package, and this script
+    is also loaded by path (tests/unit/agent/test_gpu_check.py)."""
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def main() -> None:
