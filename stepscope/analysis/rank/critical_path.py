@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 from array import array
 from collections import defaultdict
-from itertools import compress
+from itertools import chain, compress, repeat
 
 from stepscope.analysis.model.critical_path import (
     MAX_PATH_STEPS,
@@ -169,7 +169,10 @@ class PathEvents:
         order.sort(key=starts.__getitem__)
         order = array("l", order)
         self.cpu_order = (order, array("d", map(starts.__getitem__, order)))
-        self.gpu_of_correlation = {c: i for i, c in enumerate(self.gpu_columns[4]) if c >= 0}
+        corrs = self.gpu_columns[4]
+        self.gpu_of_correlation = dict(
+            compress(zip(corrs, range(len(corrs)), strict=True), map((-1).__lt__, corrs))
+        )
         steps = [p for w in followed if (p := LongestPath(StepGraph(self, w)).step_path())]
         if not steps:
             return CriticalPath(unknown_reason="no step had CPU ops to follow")
@@ -183,8 +186,10 @@ class PathEvents:
         after it started (nothing waited ahead of it, nothing was queued behind it)."""
         streams, starts, _, _, corrs = self.gpu_columns
         _, cpu_starts, _, _, cpu_corrs = self.cpu_columns
-        launched_at = {c: cpu_starts[k] for k, c in enumerate(cpu_corrs) if c >= 0}
-        launches = array("d", (launched_at.get(c, math.nan) for c in corrs))
+        # Built in C (zip, compress, map): the CPU rows number up to MAX_PATH_EVENTS.
+        kept = zip(cpu_corrs, cpu_starts, strict=True)
+        launched_at = dict(compress(kept, map((-1).__lt__, cpu_corrs)))
+        launches = array("d", map(launched_at.get, corrs, repeat(math.nan)))
         members: dict[int, list[int]] = defaultdict(list)
         for i, at in enumerate(launches):
             if not math.isnan(at):  # its launch call was kept
@@ -223,10 +228,13 @@ class _Rows:
 
     def until(self, cutoff: float) -> _Rows:
         """The rows that start at or before `cutoff`."""
-        keep = [start <= cutoff for start in self.times[0::2]]
-        times = array("d", compress(self.times, (k for k in keep for _ in range(2))))
-        ids = array("q", compress(self.ids, (k for k in keep for _ in range(3))))
-        return _Rows(times, ids)
+        # Selectors built in C (map, zip, chain): the rows number up to MAX_PATH_EVENTS.
+        keep = list(map(float(cutoff).__ge__, self.times[0::2]))
+        pairs = chain.from_iterable(zip(keep, keep, strict=True))
+        triples = chain.from_iterable(zip(keep, keep, keep, strict=True))
+        return _Rows(
+            array("d", compress(self.times, pairs)), array("q", compress(self.ids, triples))
+        )
 
     def columns(self) -> tuple[array, array, array, array, array]:
         """Owner, start, end, name and correlation, one array each."""
