@@ -29,8 +29,11 @@ so neither a t-test nor a test that treats every step as independent fits. The m
 
 A **regression** needs all of: the change is at least the threshold, outside the noise
 band, its confidence interval excludes 0, and p < ``ALPHA``; an improvement likewise the
-other way. A baseline with fewer good sessions than asked, or series too short for
-``MIN_BLOCKS`` blocks, gives ``inconclusive`` with the reason, never a made-up number.
+other way. A baseline with fewer good sessions than asked, series too short for
+``MIN_BLOCKS`` blocks, or too few blocks for the test to reach p < ``ALPHA`` at all (4
+blocks against 4 allow no p below 0.029, however far apart they lie), gives
+``inconclusive`` with the reason, never a made-up number nor an "unchanged" the test could
+not have refuted.
 """
 
 from __future__ import annotations
@@ -206,6 +209,14 @@ def compare_sessions(
     block = block_length([current.steps_ms, *(b.steps_ms for b in baseline)])
     current_blocks = np.asarray(block_medians(current.steps_ms, block))
     baseline_blocks = np.asarray([m for b in baseline for m in block_medians(b.steps_ms, block)])
+    floor = smallest_p_value(len(current_blocks), len(baseline_blocks))
+    if floor >= ALPHA:
+        reason = (
+            f"{len(current_blocks)} and {len(baseline_blocks)} blocks of {block} step(s) cannot "
+            f"show a change at p < {ALPHA} (the least p they allow is {floor:.2g}); "
+            "raise spec.window.steps"
+        )
+        return inconclusive(reason, threshold_pct, current.name, names)
     delta = float(_median_change_pct(current_blocks, baseline_blocks))
     p_value = float(stats.mannwhitneyu(current_blocks, baseline_blocks).pvalue)
     low, high = _bootstrap_interval(current_blocks, baseline_blocks, delta)
@@ -230,6 +241,14 @@ def compare_sessions(
         current_session=current.name,
         baseline_sessions=names,
     )
+
+
+def smallest_p_value(current_blocks: int, baseline_blocks: int) -> float:
+    """The least p the test can give for samples of these sizes: that of two samples with no
+    overlap at all (the same method scipy picks for the real ones)."""
+    below = np.arange(current_blocks, dtype=float)
+    above = np.arange(current_blocks, current_blocks + baseline_blocks, dtype=float)
+    return float(stats.mannwhitneyu(below, above).pvalue)
 
 
 def _bootstrap_interval(

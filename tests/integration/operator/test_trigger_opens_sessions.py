@@ -231,8 +231,10 @@ def test_a_triggered_session_is_judged_against_the_baseline_the_trigger_recorded
     spec.baseline.sessionRef, and its analysis judges it a regression."""
     manifest = trigger_manifest(namespace)
     manifest["spec"]["recordBaselines"] = True
-    # Ten steps a session: enough for the step-time test to tell twice the step time apart.
-    manifest["spec"]["sessionTemplate"]["window"]["steps"] = 10
+    # Twenty steps a session: the step-time test needs at least 5 blocks a side to reach
+    # p < 0.01 at all, and the block length grows with the steps' autocorrelation (ten steps
+    # gave 4 blocks against 5 at most, whose least p is 0.016: inconclusive however slow).
+    manifest["spec"]["sessionTemplate"]["window"]["steps"] = 20
     local_cluster.kubectl("apply", "-f", "-", input=json.dumps(manifest))
     uid = get_trigger(local_cluster, namespace)["metadata"]["uid"]
 

@@ -5,6 +5,8 @@ autocorrelated and heavy-tailed like real step times, plus a per-session offset 
 between-session spread real schedules see).
 """
 
+import math
+
 import numpy as np
 import pytest
 
@@ -140,6 +142,28 @@ def test_too_few_steps_is_inconclusive_and_names_the_session():
     result = compare_sessions(short, _baseline(rng), threshold_pct=5)
     assert result.verdict == "inconclusive" and result.delta_pct is None
     assert "short-1 has 3 captured steps; 4 needed" in result.reason
+
+
+def test_too_few_blocks_to_reach_the_level_is_inconclusive_not_unchanged():
+    """Four steps against four, twice as slow and with no overlap: the exact two-sided test's
+    least p is 2 / C(8, 4) = 0.0286, so no change could be significant; the verdict says so
+    instead of "unchanged". Five against five allow 2 / C(10, 5) = 0.0079 and find it."""
+    assert math.comb(8, 4) == 70 and math.comb(10, 5) == 252
+    slow, fast = (200.0, 201.0, 199.0, 202.0), (100.0, 101.0, 99.0, 102.0)
+    result = compare_sessions(
+        SessionSteps("now", slow), [SessionSteps("base", fast)], 5, min_baseline_sessions=1
+    )
+    assert result.verdict == "inconclusive" and result.delta_pct is None
+    assert "4 and 4 blocks of 1 step(s) cannot show a change at p < 0.01" in result.reason
+    assert f"the least p they allow is {2 / 70:.2g}" in result.reason
+    assert "raise spec.window.steps" in result.reason
+    result = compare_sessions(
+        SessionSteps("now", (*slow, 200.5)),
+        [SessionSteps("base", (*fast, 100.5))],
+        5,
+        min_baseline_sessions=1,
+    )
+    assert result.verdict == "regression" and result.p_value == pytest.approx(2 / 252, rel=1e-3)
 
 
 def test_one_explicit_baseline_session_is_enough_when_asked():
