@@ -55,7 +55,8 @@ def _trigger(namespace: str, job: str, hang_floor_seconds: int, baselines: bool 
             "recordBaselines": baselines,
             "sessionTemplate": {
                 "granularity": "ops",
-                "window": {"steps": 10, "warmupSteps": 1, "leadSeconds": 2, "timeoutSeconds": 90},
+                # 20 steps: enough blocks a side for the comparison's test to reach p < 0.01.
+                "window": {"steps": 20, "warmupSteps": 1, "leadSeconds": 2, "timeoutSeconds": 90},
             },
         },
     }
