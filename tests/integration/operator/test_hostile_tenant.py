@@ -79,8 +79,11 @@ HOSTILE_TIMEOUT_S = 20
 # Every session of A ends within this of being created.
 HOSTILE_END_S = 120
 # B under attack: within its usual time plus this, for a two-core runner whose cores the
-# hostile agents' process also takes (an earlier bench_hostile_tenant.py run: 5 s).
-USUAL_TIME_SLACK_S = 10
+# hostile agents' process and the operator's parsing of their replies also take (an earlier
+# bench_hostile_tenant.py run: 5 s; a full `make test` at a load average of 13: 10.8 s). A
+# victim held behind any of A's calls waits at least HOSTILE_TIMEOUT_S for it, so the slack
+# stays below that: such a stall still fails the test.
+USUAL_TIME_SLACK_S = 15
 MAX_LOOP_LAG_S = 1.0
 FINAL = {str(phase) for phase in TERMINAL_PHASES}
 
