@@ -9,11 +9,19 @@ is a cycle of the graph (every node of a run follows its first one): the step ge
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left, bisect_right
 from collections import defaultdict, deque
 from itertools import accumulate
 
-from stepscope.analysis.model.critical_path import MAX_PATH_SEGMENTS, PathSegment, StepPath
+from stepscope.analysis.model.critical_path import (
+    MAX_PATH_PIECES,
+    MAX_PATH_SEGMENTS,
+    PIECE_NAME_CHARS,
+    PathPiece,
+    PathSegment,
+    StepPath,
+)
 from stepscope.analysis.rank.step_graph import BETWEEN, COMM, CPU, GAP, GPU, LAUNCH, SYNC, StepGraph
 
 _KIND_NAMES = ("cpu", "gpu", "communication", "launch", "kernel_gap")
@@ -47,7 +55,7 @@ class LongestPath:
                     ready.append(successor)
         if done < len(units):
             return None  # a cycle: the trace's times contradict each other
-        return self._walk_back(*self._last_node())
+        return self._step_path(*self._last_node())
 
     def _units(self) -> tuple[list[tuple[int, int, int]], list[list[int]], list[int]]:
         """The units — (thread, first place, end place) for a run of a walk, (-1, start
@@ -144,50 +152,12 @@ class LongestPath:
                 found = (node, -1, 0)
         return found
 
-    def _walk_back(self, node: int, thread_index: int, at: int) -> StepPath:
+    def _step_path(self, last: int, thread_index: int, at: int) -> StepPath:
         graph, names = self.graph, self.graph.events.name_list
-        times, came = graph.times, self.came
-        totals = [0.0] * 7
-        by_segment: dict[tuple[str, int], float] = defaultdict(float)
-        last = node
-        while True:
-            if thread_index >= 0:
-                # Back along the thread's walk, to a node that a crossing edge won or to the
-                # thread's first node; written out inline, for a path along a busy thread.
-                thread = graph.threads[thread_index]
-                nodes, tags = thread.nodes, thread.tags
-                while at and node not in came:
-                    tag = tags[at]
-                    at -= 1
-                    src = nodes[at]
-                    span = times[node] - times[src]
-                    span = span if span > 0.0 else 0.0  # noqa: FURB136 (a call costs more)
-                    kind = tag & 7
-                    totals[kind] += span
-                    if kind < BETWEEN and span and tag >= 0:  # a label: tag >= 0
-                        by_segment[_KIND_NAMES[kind], tag >> 3] += span
-                    node = src
-                if node not in came:
-                    break
-                src, _, kind, label = came[node]
-            elif node % 2:  # a kernel's end: its span
-                src, tag = node - 1, graph.kernel_names[node - 1]
-                kind, label = tag & 7, tag >> 3
-            elif node in came:
-                src, _, kind, label = came[node]
-            else:
-                break
-            span = max(0.0, times[node] - times[src])
-            totals[kind] += span
-            if kind < BETWEEN and span and label >= 0:
-                by_segment[_KIND_NAMES[kind], label] += span
-            if src >= self.first_kernel:
-                thread_index = -1
-            elif thread_index < 0:  # from a kernel back to its launch call
-                thread_index, at = self.position[src]
-            node = src
+        totals, by_segment, first = self._walk_back(last, thread_index, at, -math.inf)
         length = sum(totals[:BETWEEN])
         segments = sorted(by_segment.items(), key=lambda item: -item[1])[:MAX_PATH_SEGMENTS]
+        pieces, left_out = self._pieces(last, thread_index, at)
         return StepPath(
             step=graph.step,
             step_ms=_ms(graph.end - graph.start),
@@ -199,12 +169,132 @@ class LongestPath:
             kernel_gap_ms=_ms(totals[GAP]),
             between_ops_ms=_ms(totals[BETWEEN]),
             sync_wait_ms=_ms(totals[SYNC]),
-            outside_ms=_ms(times[node] - graph.start + graph.end - times[last]),
+            outside_ms=_ms(first - graph.start + graph.end - graph.times[last]),
             segments=[
                 PathSegment(kind=kind, name=names[label], ms=_ms(ms))
                 for (kind, label), ms in segments
             ],
+            pieces=pieces,
+            collectives_left_out=left_out,
         )
+
+    def _pieces(self, last: int, thread_index: int, at: int) -> tuple[list[PathPiece], int]:
+        """The step cut at the completions of its first collectives (by completion): each
+        piece is the chain into the collective's arrival walked back to the previous cut,
+        then the collective's kernel; the last piece is the path's tail after the last cut.
+        A step without collectives is not cut."""
+        graph = self.graph
+        times = graph.times
+        collectives = [n for n in graph.kernels if graph.kernel_names[n] & 7 == COMM]
+        if not collectives:
+            return [], 0
+        collectives.sort(key=lambda node: (times[node + 1], node))
+        kept = collectives[: MAX_PATH_PIECES - 1]
+        pieces = []
+        cut = graph.start
+        for node in kept:
+            arrival, completion = times[node], times[node + 1]
+            walked = self._walk_back(node, -1, 0, cut) if arrival > cut else _nothing(cut)
+            totals, by_segment, _ = walked
+            span = completion - max(arrival, cut)
+            if span > 0.0:
+                totals[COMM] += span
+                by_segment["communication", graph.kernel_names[node] >> 3] += span
+            pieces.append(self._piece(totals, by_segment, completion - cut, arrival, completion))
+            cut = max(cut, completion)
+        tail = self._walk_back(last, thread_index, at, cut) if times[last] > cut else _nothing(cut)
+        pieces.append(self._piece(*tail[:2], graph.end - cut, None, None))
+        return pieces, len(collectives) - len(kept)
+
+    def _piece(
+        self,
+        totals: list[float],
+        by_segment: dict[tuple[str, int], float],
+        span: float,
+        arrival: float | None,
+        completion: float | None,
+    ) -> PathPiece:
+        length = sum(totals[:BETWEEN])
+        top = None
+        if by_segment:
+            (kind, label), ms = max(by_segment.items(), key=lambda item: item[1])
+            name = self.graph.events.name_list[label][:PIECE_NAME_CHARS]
+            top = PathSegment(kind=kind, name=name, ms=_ms(ms))
+        return PathPiece(
+            arrival_us=arrival,
+            completion_us=completion,
+            ms=_ms(span),
+            length_ms=_ms(length),
+            cpu_ms=_ms(totals[CPU]),
+            gpu_ms=_ms(totals[GPU] + totals[COMM]),
+            communication_ms=_ms(totals[COMM]),
+            launch_ms=_ms(totals[LAUNCH]),
+            kernel_gap_ms=_ms(totals[GAP]),
+            between_ops_ms=_ms(totals[BETWEEN]),
+            sync_wait_ms=_ms(totals[SYNC]),
+            outside_ms=_ms(span - length - totals[BETWEEN] - totals[SYNC]),
+            top=top,
+        )
+
+    def _walk_back(
+        self, node: int, thread_index: int, at: int, cutoff: float
+    ) -> tuple[list[float], dict[tuple[str, int], float], float]:
+        """The path into ``node`` walked back to its first node, or to ``cutoff`` (an edge
+        that crosses it counts from it on): the time per edge kind, per op or kernel, and the
+        time where the walk stopped."""
+        graph = self.graph
+        times, came = graph.times, self.came
+        totals = [0.0] * 7
+        by_segment: dict[tuple[str, int], float] = defaultdict(float)
+        while True:
+            if thread_index >= 0:
+                # Back along the thread's walk, to a node that a crossing edge won or to the
+                # thread's first node; written out inline, for a path along a busy thread.
+                thread = graph.threads[thread_index]
+                nodes, tags = thread.nodes, thread.tags
+                while at and node not in came:
+                    tag = tags[at]
+                    at -= 1
+                    src = nodes[at]
+                    begin = times[src]
+                    crossed = begin < cutoff
+                    span = times[node] - (cutoff if crossed else begin)
+                    span = span if span > 0.0 else 0.0  # noqa: FURB136 (a call costs more)
+                    kind = tag & 7
+                    totals[kind] += span
+                    if kind < BETWEEN and span and tag >= 0:  # a label: tag >= 0
+                        by_segment[_KIND_NAMES[kind], tag >> 3] += span
+                    if crossed:
+                        return totals, by_segment, cutoff
+                    node = src
+                if node not in came:
+                    break
+                src, _, kind, label = came[node]
+            elif node % 2:  # a kernel's end: its span
+                src, tag = node - 1, graph.kernel_names[node - 1]
+                kind, label = tag & 7, tag >> 3
+            elif node in came:
+                src, _, kind, label = came[node]
+            else:
+                break
+            crossed = times[src] < cutoff
+            span = max(0.0, times[node] - (cutoff if crossed else times[src]))
+            totals[kind] += span
+            if kind < BETWEEN and span and label >= 0:
+                by_segment[_KIND_NAMES[kind], label] += span
+            if crossed:
+                return totals, by_segment, cutoff
+            if src >= self.first_kernel:
+                thread_index = -1
+            elif thread_index < 0:  # from a kernel back to its launch call
+                thread_index, at = self.position[src]
+            node = src
+        return totals, by_segment, times[node]
+
+
+def _nothing(cut: float) -> tuple[list[float], dict[tuple[str, int], float], float]:
+    """A walk that found no work: a piece that starts at its collective's arrival."""
+    return [0.0] * 7, defaultdict(float), cut
 
 
 def _ms(us: float) -> float:
