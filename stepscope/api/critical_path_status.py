@@ -1,7 +1,8 @@
 """The critical path in a session's status: what bounds the typical step, on which rank.
 
 From the job's critical path (``analysis/merging/critical_paths.py``) the status keeps the
-step whose path length is the median over the steps: its rank, how its path divides into
+step whose path length is the median over the steps: its rank (for a path spliced across
+ranks, the rank with the most work on it, and how many ranks it crosses), how its path divides into
 CPU, GPU and launch work, how much of the step the path spent between host ops or waiting
 on a sync, and its longest op or kernel (the name clipped to 64 characters). Every
 step's path, on every rank, is in summary.json and the report.
@@ -17,7 +18,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from stepscope.analysis.model.critical_path import SegmentKind, StepPath
+from stepscope.analysis.model.critical_path import MAX_PATH_PIECES, SegmentKind, StepPath
 from stepscope.analysis.model.job_summary import JobSummary
 from stepscope.api.base import ApiModel
 from stepscope.api.text import BoundedText
@@ -51,10 +52,19 @@ class CriticalPathStatus(ApiModel):
     """The typical step's critical path across ranks."""
 
     step: int = Field(ge=-1, le=MAX_STEP, description="Observed state. The step (-1: no steps).")
-    rank: int = Field(ge=0, description="Observed state. The rank whose path bounds it.")
-    chosen_by: Literal["arrived_last", "longest_step"] = Field(
-        description="Observed state. arrived_last: the rank arrived last at the step's first "
-        "collective; longest_step: no collective joined the ranks, and its step was longest."
+    rank: int = Field(
+        ge=0,
+        description="Observed state. The rank whose path bounds it; for a spliced path, the "
+        "rank with the most work on it.",
+    )
+    chosen_by: Literal["spliced", "arrived_last", "longest_step"] = Field(
+        description="Observed state. spliced: up to each collective the path runs on the rank "
+        "that arrived last at it; arrived_last: the ranks' collectives did not match, and the "
+        "rank arrived last at the step's first collective; longest_step: no collective joined "
+        "the ranks, and its step was longest."
+    )
+    ranks_on_path: int = Field(
+        1, ge=1, le=MAX_PATH_PIECES, description="Observed state. How many ranks the path crosses."
     )
     length_pct: float = _percent(
         "The path's work over the step's duration (above 100 when the step's GPU work runs "
@@ -92,6 +102,7 @@ def critical_path_status(job: JobSummary) -> CriticalPathStatus | None:
         step=min(max(path.step, -1), MAX_STEP),
         rank=typical.rank,
         chosen_by=typical.chosen_by,
+        ranks_on_path=min(max(len(typical.ranks), 1), MAX_PATH_PIECES),
         length_pct=round(min(MAX_LENGTH_PCT, 100.0 * path.length_ms / path.step_ms), 1),
         cpu_pct=of_length(path.cpu_ms),
         gpu_pct=of_length(path.gpu_ms),

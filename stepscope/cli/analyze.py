@@ -123,10 +123,16 @@ def critical_path_lines(job: JobSummary) -> list[str]:
     if typical is None:
         return []
     path = typical.path
-    why = "arrived last" if typical.chosen_by == "arrived_last" else "longest step"
+    if typical.chosen_by == "spliced":
+        collectives = sum(piece.collective is not None for piece in typical.pieces)
+        ranks = ", ".join(map(str, typical.ranks))
+        who = f"ranks {ranks} (spliced at {collectives} collectives)"
+    else:
+        why = "arrived last" if typical.chosen_by == "arrived_last" else "longest step"
+        who = f"rank {typical.rank} ({why})"
     work = path.length_ms or 1.0
     line = (
-        f"critical path: step {path.step}, rank {typical.rank} ({why}): {path.length_ms:.1f} ms "
+        f"critical path: step {path.step}, {who}: {path.length_ms:.1f} ms "
         f"of work in a {path.step_ms:.1f} ms step ({100 * path.cpu_ms / work:.0f}% CPU, "
         f"{100 * path.gpu_ms / work:.0f}% GPU, "
         f"{100 * (path.launch_ms + path.kernel_gap_ms) / work:.0f}% launch); "

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from stepscope.analysis.findings.scale import confidence_for, severity_for
 from stepscope.analysis.model.critical_path import StepPath
+from stepscope.analysis.model.job_critical_path import JobStepPath
 from stepscope.analysis.model.job_summary import Evidence, Finding, JobSummary
 
 HOST_MAJORITY = 0.5  # the host's share of the path's length that makes it the larger half
@@ -40,6 +41,12 @@ def host_bound(path: StepPath) -> bool:
     return host_share(path) > HOST_MAJORITY and describes_step(path)
 
 
+def _ranks(typical: JobStepPath) -> str:
+    if typical.chosen_by == "spliced":
+        return "ranks " + ", ".join(map(str, typical.ranks))
+    return f"rank {typical.rank}"
+
+
 def host_bound_path(job: JobSummary) -> Finding | None:
     found = job.critical_path
     if found is None or found.typical is None or not any(s.gpu for s in job.ranks):
@@ -59,8 +66,8 @@ def host_bound_path(job: JobSummary) -> Finding | None:
         title="The step's critical path runs on the host: the GPU waits for the CPU",
         evidence=Evidence(
             text=(
-                f"Host work is {share:.0%} of step {path.step}'s critical path (rank "
-                f"{found.typical.rank}, {_ms(path.length_ms)}): CPU ops {_ms(path.cpu_ms)} and "
+                f"Host work is {share:.0%} of step {path.step}'s critical path "
+                f"({_ranks(found.typical)}, {_ms(path.length_ms)}): CPU ops {_ms(path.cpu_ms)} and "
                 f"launch delays {_ms(path.launch_ms)} against kernels {_ms(path.gpu_ms)} and "
                 f"gaps between them {_ms(path.kernel_gap_ms)}; the path is also "
                 f"{_ms(path.between_ops_ms)} between ops on the host, of a {_ms(path.step_ms)} "

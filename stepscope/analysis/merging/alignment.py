@@ -160,6 +160,21 @@ def align_ranks(
     )
 
 
+def aligned_arrivals(
+    timings: dict[int, dict[CollectiveKey, Timing]],
+    offsets_us: dict[int, float],
+    ranks: list[int],
+    key: CollectiveKey,
+) -> dict[int, float]:
+    """Each rank's arrival at one collective on the aligned clock (microseconds)."""
+    return {rank: timings[rank][key].arrival_us + offsets_us[rank] for rank in ranks}
+
+
+def last_to_arrive(arrivals: dict[int, float]) -> int:
+    """The rank that arrived last (on a tie, the lowest such rank)."""
+    return max(arrivals, key=lambda rank: (arrivals[rank], -rank))
+
+
 def _union_ms(intervals: list[tuple[float, float]]) -> float:
     """Total length of the union of [start, end) microsecond intervals, in ms."""
     total, reach = 0.0, float("-inf")
@@ -230,7 +245,7 @@ def arrival_lags(
     waits: dict[int, list[tuple[float, float]]] = defaultdict(list)
     transfers: list[tuple[float, float]] = []
     for key in shared:
-        arrivals = {rank: timings[rank][key].arrival_us + offsets_us[rank] for rank in ranks}
+        arrivals = aligned_arrivals(timings, offsets_us, ranks, key)
         first, last = min(arrivals.values()), max(arrivals.values())
         completion = _median([timings[r][key].completion_us + offsets_us[r] for r in ranks])
         transfers.append((last, max(last, completion)))

@@ -42,7 +42,12 @@ from collections import Counter
 
 from stepscope.analysis.findings.detecting import diagnose
 from stepscope.analysis.findings.undecided import Undecided
-from stepscope.analysis.merging.alignment import align_ranks, collective_timings
+from stepscope.analysis.merging.alignment import (
+    CollectiveKey,
+    Timing,
+    align_ranks,
+    collective_timings,
+)
 from stepscope.analysis.merging.critical_paths import job_critical_path
 from stepscope.analysis.merging.waiting import judge_waiting
 from stepscope.analysis.model.counter_overview import counter_overview
@@ -239,9 +244,9 @@ def merge_ranks(
         notes=notes,
     )
     traced = [s for s in summaries if not is_step_timings(s)]
-    undecided = None
+    undecided = timings = None
     if len(summaries) > 1 and traced:
-        undecided = _merge_collectives(job, summaries, median_step_ms, where)
+        undecided, timings = _merge_collectives(job, summaries, median_step_ms, where)
     if len(traced) < len(summaries):
         # Step timings carry no collectives by design: nothing to align or to find
         # stragglers at, and their compute is compute-or-unattributed, so a compute
@@ -263,7 +268,7 @@ def merge_ranks(
     job.efficiency = efficiency if efficiency.utilization or efficiency.skipped_steps else None
     nodes = {rank: where.node for rank, where in job.placement.items() if where.node}
     job.collective_bandwidth = group_bandwidth(summaries, nodes, fabric or FabricOptions())
-    job.critical_path = job_critical_path(job)
+    job.critical_path = job_critical_path(job, timings)
     findings = diagnose(job, undecided) + step_timing_findings(job)
     job.findings = sorted(findings, key=lambda f: (-f.severity.order, -f.impact_pct, f.id))
     return job
@@ -274,9 +279,10 @@ def _merge_collectives(
     summaries: list[RankSummary],
     median_step_ms: float,
     placement: dict[int, Placement],
-) -> Undecided | None:
+) -> tuple[Undecided | None, dict[int, dict[CollectiveKey, Timing]] | None]:
     """Align the ranks, judge who is late and fill the job's lateness; returns why the
-    window could not decide, when it could not."""
+    window could not decide, when it could not, and the keyed collectives aligned on (for
+    the critical path's splice), when the ranks were aligned."""
     silent = [s.rank for s in summaries if not s.collectives]
     if all(is_step_timings(s) or not s.collectives for s in summaries):
         raise MergeError(
@@ -295,6 +301,6 @@ def _merge_collectives(
         job.notes.append(
             f"no collective matched on every rank ({match_key}); ranks are not aligned"
         )
-        return None
+        return None, None
     job.alignment = alignment
-    return judge_waiting(job, timings, alignment, median_step_ms, placement)
+    return judge_waiting(job, timings, alignment, median_step_ms, placement), timings

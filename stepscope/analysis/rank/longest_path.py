@@ -157,7 +157,7 @@ class LongestPath:
         totals, by_segment, first = self._walk_back(last, thread_index, at, -math.inf)
         length = sum(totals[:BETWEEN])
         segments = sorted(by_segment.items(), key=lambda item: -item[1])[:MAX_PATH_SEGMENTS]
-        pieces, left_out = self._pieces(last, thread_index, at)
+        pieces, left_out = self._pieces()
         return StepPath(
             step=graph.step,
             step_ms=_ms(graph.end - graph.start),
@@ -178,11 +178,11 @@ class LongestPath:
             collectives_left_out=left_out,
         )
 
-    def _pieces(self, last: int, thread_index: int, at: int) -> tuple[list[PathPiece], int]:
+    def _pieces(self) -> tuple[list[PathPiece], int]:
         """The step cut at the completions of its first collectives (by completion): each
         piece is the chain into the collective's arrival walked back to the previous cut,
-        then the collective's kernel; the last piece is the path's tail after the last cut.
-        A step without collectives is not cut."""
+        then the collective's kernel; the last piece is the longest chain that ends after the
+        last cut, walked back to it. A step without collectives is not cut."""
         graph = self.graph
         times = graph.times
         collectives = [n for n in graph.kernels if graph.kernel_names[n] & 7 == COMM]
@@ -202,9 +202,28 @@ class LongestPath:
                 by_segment["communication", graph.kernel_names[node] >> 3] += span
             pieces.append(self._piece(totals, by_segment, completion - cut, arrival, completion))
             cut = max(cut, completion)
-        tail = self._walk_back(last, thread_index, at, cut) if times[last] > cut else _nothing(cut)
+        found = self._tail_node(cut)
+        tail = self._walk_back(*found, cut) if found is not None else _nothing(cut)
         pieces.append(self._piece(*tail[:2], graph.end - cut, None, None))
         return pieces, len(collectives) - len(kept)
+
+    def _tail_node(self, cut: float) -> tuple[int, int, int] | None:
+        """The end of the longest chain that reaches past ``cut``, with its thread and place
+        (-1 for a kernel's node); None when nothing ends after it. A walk's times and values
+        never fall, so a thread's candidate is its last node."""
+        graph = self.graph
+        times = graph.times
+        best: tuple[float, int] | None = None
+        found = None
+        for index, thread in enumerate(graph.threads):
+            if thread.nodes and times[thread.nodes[-1]] > cut:
+                rank = (thread.values[-1], -thread.nodes[-1])
+                if best is None or rank > best:
+                    best, found = rank, (thread.nodes[-1], index, len(thread.nodes) - 1)
+        for node, value in self.kernel_value.items():
+            if node % 2 and times[node] > cut and (best is None or (value, -node) > best):
+                best, found = (value, -node), (node, -1, 0)
+        return found
 
     def _piece(
         self,

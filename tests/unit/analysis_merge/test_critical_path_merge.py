@@ -3,7 +3,9 @@
 Two ranks of one public 128-rank job (``sampled-128rank-rank0/1``) meet at NCCL send/recv
 kernels. By hand from their JSON: the clock offset is the median difference of the
 kernels' ends (each rank has ten, in the same order), and in each step the rank whose
-first kernel starts later on that clock arrived last, so the step's path is its path.
+first kernel starts later on that clock arrived last. Their send/recv kernels do not complete
+together (ranks 0 and 1 exchange with peers outside the pair), so the splice refuses them
+(``test_critical_path_splice.py`` checks it by hand) and each step's path is that rank's.
 """
 
 from __future__ import annotations
@@ -66,6 +68,8 @@ def test_each_step_is_on_the_rank_that_arrived_last(shared_traces, merged):
     assert {s.path.step: s.rank for s in found.steps} == expected == {551: 1, 552: 0}
     for entry in found.steps:
         assert entry.chosen_by == "arrived_last"
+        assert entry.ranks == [entry.rank]
+        assert "the collectives did not complete together" in entry.note
         [own] = [
             p
             for p in merged.rank_summary(entry.rank).critical_path.steps

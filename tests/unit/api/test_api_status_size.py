@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 import pytest
 from pydantic import ValidationError
 
+from stepscope.analysis.model.critical_path import MAX_PATH_PIECES
 from stepscope.api.critical_path_status import MAX_STATUS_SEGMENTS, SEGMENT_NAME_MAX_LENGTH
 from stepscope.api.meta import (
     CONDITION_MESSAGE_MAX_LENGTH,
@@ -121,6 +122,7 @@ def worst_case_status() -> ProfileSessionStatus:
                     "step": 10**9,
                     "rank": 1023,
                     "chosenBy": "arrived_last",
+                    "ranksOnPath": MAX_PATH_PIECES,
                     "lengthPct": 999.9,
                     "cpuPct": 33.3,
                     "gpuPct": 33.3,
