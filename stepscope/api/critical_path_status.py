@@ -63,8 +63,12 @@ class CriticalPathStatus(ApiModel):
         "rank arrived last at the step's first collective; longest_step: no collective joined "
         "the ranks, and its step was longest."
     )
-    ranks_on_path: int = Field(
-        1, ge=1, le=MAX_PATH_PIECES, description="Observed state. How many ranks the path crosses."
+    ranks_on_path: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_PATH_PIECES,
+        description="Observed state. How many ranks a spliced path crosses (absent otherwise: "
+        "the path is one rank's).",
     )
     length_pct: float = _percent(
         "The path's work over the step's duration (above 100 when the step's GPU work runs "
@@ -102,7 +106,11 @@ def critical_path_status(job: JobSummary) -> CriticalPathStatus | None:
         step=min(max(path.step, -1), MAX_STEP),
         rank=typical.rank,
         chosen_by=typical.chosen_by,
-        ranks_on_path=min(max(len(typical.ranks), 1), MAX_PATH_PIECES),
+        ranks_on_path=(
+            min(max(len(typical.ranks), 1), MAX_PATH_PIECES)
+            if typical.chosen_by == "spliced"
+            else None
+        ),
         length_pct=round(min(MAX_LENGTH_PCT, 100.0 * path.length_ms / path.step_ms), 1),
         cpu_pct=of_length(path.cpu_ms),
         gpu_pct=of_length(path.gpu_ms),

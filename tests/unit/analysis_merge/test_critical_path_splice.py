@@ -132,6 +132,9 @@ def test_the_public_pair_splices_as_counted_by_hand(sampled):
         entry = next(e for e in job.critical_path.steps if e.path.step == step)
         assert entry.chosen_by == "arrived_last"
         assert f"differ by {abs(residual) / 1e3:.1f} ms" in entry.note
+    # One rank's own path: the status counts no ranks it does not cross.
+    status = summary_from_job(job).critical_path
+    assert status.chosen_by == "arrived_last" and status.ranks_on_path is None
 
 
 def test_each_ranks_pieces_tile_its_step(sampled):
