@@ -23,6 +23,7 @@ cache; a later start with the same inputs only imports the archive.
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 import subprocess
 import sys
@@ -126,6 +127,7 @@ def _export(reference: str, archive: Path) -> None:
     _run(buildah("push", reference, f"docker-archive:{partial}:{reference}"), f"export {reference}")
     partial.replace(archive)
     prune_archives(archive)
+    prune_images(reference, archive)
 
 
 def prune_archives(newest: Path, kept: int = ARCHIVES_KEPT) -> list[Path]:
@@ -141,6 +143,43 @@ def prune_archives(newest: Path, kept: int = ARCHIVES_KEPT) -> list[Path]:
     removed = siblings[kept:]
     for path in removed:
         path.unlink(missing_ok=True)
+    return removed
+
+
+def stale_images(names: list[str], reference: str, archive: Path) -> list[str]:
+    """The image names of `reference`'s repository whose archives are gone (pruned above):
+    an image is kept in buildah's store while its archive is kept. Names of other
+    repositories, and tags not made the way `reference`'s was, are not this image's."""
+    repository, tag = reference.rsplit(":", 1)
+    digest = archive.stem.rsplit("-", 1)[1]
+    if not tag.endswith(digest):
+        return []
+    prefix, image = tag[: -len(digest)], archive.stem.rsplit("-", 1)[0]
+    stale = []
+    for name in names:
+        their_repository, _, their_tag = name.rpartition(":")
+        if their_repository != repository or not their_tag.startswith(prefix):
+            continue
+        their_digest = their_tag[len(prefix) :]
+        if their_digest and not (archive.parent / f"{image}-{their_digest}.tar").exists():
+            stale.append(name)
+    return stale
+
+
+def prune_images(reference: str, archive: Path) -> list[str]:
+    """Remove from buildah's store the images of `reference`'s repository whose archives were
+    pruned: each change to the agent's or operator's code built about 1.1 GB of new images, and
+    the store had grown to 17 GB (a full disk fails a run). Returns what was removed."""
+    listed = subprocess.run(
+        buildah("images", "--json"), capture_output=True, text=True, check=False
+    )
+    if listed.returncode != 0:
+        return []
+    names = [name for image in json.loads(listed.stdout or "[]") for name in image["names"]]
+    removed = []
+    for name in stale_images(names, reference, archive):
+        if subprocess.run(buildah("rmi", name), capture_output=True, check=False).returncode == 0:
+            removed.append(name)
     return removed
 
 

@@ -1,11 +1,11 @@
 """The node's image archives in the cache: each change to the code makes a new one, and only the
-newest few of each image are kept."""
+newest few of each image are kept; so are the images in buildah's store."""
 
 from __future__ import annotations
 
 import os
 
-from stepscope_dev.realnode.images import prune_archives
+from stepscope_dev.realnode.images import prune_archives, stale_images
 
 
 def _archive(directory, name: str, written: int):
@@ -37,3 +37,35 @@ def test_the_archive_just_written_is_kept_even_with_an_older_clock(tmp_path):
     newest = _archive(tmp_path, "agent-aaaaaaaaaaaa.tar", 100)
     assert prune_archives(newest, kept=1) == [later]
     assert newest.exists()
+
+
+def test_an_image_is_kept_in_the_store_while_its_archive_is(tmp_path):
+    kept = _archive(tmp_path, "agent-bbbbbbbbbbbb.tar", 200)
+    newest = _archive(tmp_path, "agent-cccccccccccc.tar", 300)
+    _archive(tmp_path, "operator-aaaaaaaaaaaa.tar", 100)
+    names = [
+        "localhost/stepscope-agent:dev-aaaaaaaaaaaa",  # its archive was pruned
+        "localhost/stepscope-agent:dev-bbbbbbbbbbbb",
+        "localhost/stepscope-agent:dev-cccccccccccc",
+        "localhost/stepscope-agent:dev-dddddddddddd",  # its archive was pruned
+        "localhost/stepscope-operator:dev-eeeeeeeeeeee",  # another image's
+        "localhost/stepscope-agent:latest",  # not a tag this build makes
+        "localhost/stepscope/base:bookworm-aaaaaaaaaaaa",
+    ]
+    stale = stale_images(names, "localhost/stepscope-agent:dev-cccccccccccc", newest)
+    assert stale == [
+        "localhost/stepscope-agent:dev-aaaaaaaaaaaa",
+        "localhost/stepscope-agent:dev-dddddddddddd",
+    ]
+    assert kept.exists()
+
+
+def test_a_base_image_whose_tag_carries_more_than_its_digest(tmp_path):
+    newest = _archive(tmp_path, "base-bbbbbbbbbbbb.tar", 300)
+    names = [
+        "localhost/stepscope/base:bookworm-aaaaaaaaaaaa",
+        "localhost/stepscope/base:bookworm-bbbbbbbbbbbb",
+    ]
+    assert stale_images(names, "localhost/stepscope/base:bookworm-bbbbbbbbbbbb", newest) == [
+        "localhost/stepscope/base:bookworm-aaaaaaaaaaaa"
+    ]
