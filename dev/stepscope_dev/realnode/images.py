@@ -166,6 +166,11 @@ def stale_images(names: list[str], reference: str, archive: Path) -> list[str]:
     return stale
 
 
+def image_names(listing: str) -> list[str]:
+    """Every name in `buildah images --json`'s listing (an image with none has ``null``)."""
+    return [name for image in json.loads(listing or "[]") for name in image.get("names") or []]
+
+
 def prune_images(reference: str, archive: Path) -> list[str]:
     """Remove from buildah's store the images of `reference`'s repository whose archives were
     pruned: each change to the agent's or operator's code built about 1.1 GB of new images, and
@@ -175,7 +180,11 @@ def prune_images(reference: str, archive: Path) -> list[str]:
     )
     if listed.returncode != 0:
         return []
-    names = [name for image in json.loads(listed.stdout or "[]") for name in image["names"]]
+    try:
+        names = image_names(listed.stdout)
+    except (ValueError, TypeError, AttributeError) as error:
+        _log(f"old images left in buildah's store: its listing could not be read ({error})")
+        return []
     removed = []
     for name in stale_images(names, reference, archive):
         if subprocess.run(buildah("rmi", name), capture_output=True, check=False).returncode == 0:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from stepscope_dev.realnode.images import prune_archives, stale_images
+from stepscope_dev.realnode.images import image_names, prune_archives, stale_images
 
 
 def _archive(directory, name: str, written: int):
@@ -69,3 +69,13 @@ def test_a_base_image_whose_tag_carries_more_than_its_digest(tmp_path):
     assert stale_images(names, "localhost/stepscope/base:bookworm-bbbbbbbbbbbb", newest) == [
         "localhost/stepscope/base:bookworm-aaaaaaaaaaaa"
     ]
+
+
+def test_the_store_listing_names_every_named_image_and_skips_the_unnamed():
+    listing = (
+        '[{"id": "a", "names": ["localhost/stepscope-agent:dev-aaaaaaaaaaaa"]},'
+        ' {"id": "b", "names": null}, {"id": "c"},'
+        ' {"id": "d", "names": ["x:1", "x:2"]}]'
+    )
+    assert image_names(listing) == ["localhost/stepscope-agent:dev-aaaaaaaaaaaa", "x:1", "x:2"]
+    assert image_names("") == []
