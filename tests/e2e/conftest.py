@@ -97,23 +97,25 @@ def _create_namespace(platform: E2EPlatform, *, agent_config_map: bool) -> str:
     return name
 
 
+def _job_namespace(platform: E2EPlatform) -> Iterator[str]:
+    """A namespace for PyTorchJobs, removed with its jobs (without waiting) afterwards."""
+    name = _create_namespace(platform, agent_config_map=True)
+    yield name
+    platform.cluster.kubectl(
+        "delete", "pytorchjobs", "--all", "-n", name, "--wait=false", check=False
+    )
+    platform.cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
 @pytest.fixture
 def namespace(e2e_platform) -> Iterator[str]:
-    cluster = e2e_platform.cluster
-    name = _create_namespace(e2e_platform, agent_config_map=True)
-    yield name
-    cluster.kubectl("delete", "pytorchjobs", "--all", "-n", name, "--wait=false", check=False)
-    cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+    yield from _job_namespace(e2e_platform)
 
 
 @pytest.fixture(scope="module")
 def module_namespace(e2e_platform) -> Iterator[str]:
     """``namespace`` for a module whose tests share one running job (its sessions differ)."""
-    cluster = e2e_platform.cluster
-    name = _create_namespace(e2e_platform, agent_config_map=True)
-    yield name
-    cluster.kubectl("delete", "pytorchjobs", "--all", "-n", name, "--wait=false", check=False)
-    cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+    yield from _job_namespace(e2e_platform)
 
 
 @pytest.fixture
