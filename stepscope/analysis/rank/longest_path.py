@@ -162,13 +162,7 @@ class LongestPath:
             step=graph.step,
             step_ms=_ms(graph.end - graph.start),
             length_ms=_ms(length),
-            cpu_ms=_ms(totals[CPU]),
-            gpu_ms=_ms(totals[GPU] + totals[COMM]),
-            communication_ms=_ms(totals[COMM]),
-            launch_ms=_ms(totals[LAUNCH]),
-            kernel_gap_ms=_ms(totals[GAP]),
-            between_ops_ms=_ms(totals[BETWEEN]),
-            sync_wait_ms=_ms(totals[SYNC]),
+            **_parts_ms(totals),
             outside_ms=_ms(first - graph.start + graph.end - graph.times[last]),
             segments=[
                 PathSegment(kind=kind, name=names[label], ms=_ms(ms))
@@ -244,13 +238,7 @@ class LongestPath:
             completion_us=completion,
             ms=_ms(span),
             length_ms=_ms(length),
-            cpu_ms=_ms(totals[CPU]),
-            gpu_ms=_ms(totals[GPU] + totals[COMM]),
-            communication_ms=_ms(totals[COMM]),
-            launch_ms=_ms(totals[LAUNCH]),
-            kernel_gap_ms=_ms(totals[GAP]),
-            between_ops_ms=_ms(totals[BETWEEN]),
-            sync_wait_ms=_ms(totals[SYNC]),
+            **_parts_ms(totals),
             outside_ms=_ms(span - length - totals[BETWEEN] - totals[SYNC]),
             top=top,
         )
@@ -314,6 +302,19 @@ class LongestPath:
 def _nothing(cut: float) -> tuple[list[float], dict[tuple[str, int], float], float]:
     """A walk that found no work: a piece that starts at its collective's arrival."""
     return [0.0] * 7, defaultdict(float), cut
+
+
+def _parts_ms(totals: list[float]) -> dict[str, float]:
+    """The path's parts in milliseconds, under the names a step's path and a piece share."""
+    return {
+        "cpu_ms": _ms(totals[CPU]),
+        "gpu_ms": _ms(totals[GPU] + totals[COMM]),
+        "communication_ms": _ms(totals[COMM]),
+        "launch_ms": _ms(totals[LAUNCH]),
+        "kernel_gap_ms": _ms(totals[GAP]),
+        "between_ops_ms": _ms(totals[BETWEEN]),
+        "sync_wait_ms": _ms(totals[SYNC]),
+    }
 
 
 def _ms(us: float) -> float:
