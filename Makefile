@@ -6,6 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 # Re-install only when the dependency pins change.
 VENV_STAMP := $(VENV)/.stepscope-installed
+UV_VERSION := 0.13.9
 
 .PHONY: venv binaries node-deps node-images browser crds docs-examples docs-trigger-run test test-unit test-realnode demo demo-process bench gpu-check lint clean-instance
 
@@ -13,9 +14,11 @@ venv: $(VENV_STAMP)
 
 $(VENV_STAMP): pyproject.toml dev/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	# pip 23.2 backtracks for many minutes on boto3 + kubernetes; a current pip resolves at once.
-	$(PY) -m pip install --quiet --upgrade "pip==26.3" "setuptools==84.2.1" wheel
-	$(PY) -m pip install --quiet -e '.[operator,agent,dev]' -e ./dev
+	# uv, not pip: it links torch's multi-GB wheels out of its cache (~/.cache/uv) in seconds
+	# where pip unpacks them again for every clone (minutes), and it resolves boto3 +
+	# kubernetes at once where pip 23.2 backtracks for many minutes.
+	$(PY) -m pip install --quiet "uv==$(UV_VERSION)"
+	$(PY) -m uv pip install --quiet --python $(PY) -e '.[operator,agent,dev]' -e ./dev
 	touch $(VENV_STAMP)
 
 binaries: venv
@@ -36,10 +39,9 @@ crds: venv
 	$(PY) -m stepscope.api.crdgen
 
 # The real node's binaries (kubelet, kube-scheduler, CoreDNS), packages and images: minutes cold,
-# built here rather than inside a test's time limit. Where the packages cannot be installed it
-# says why and builds no images; the real node's tests then skip with the same error, and the
-# e2e tier runs its pods on the process pod runner, warning with it.
-# Fails when it builds no image; STEPSCOPE_E2E_NODE=process (no real node asked for) builds none.
+# built here rather than inside a test's time limit. Fails with the exact error where the
+# packages cannot be installed or an image does not build, and when it builds no image;
+# STEPSCOPE_E2E_NODE=process (the pod runner asked for by name, no real node) builds none.
 node-images: venv binaries
 	$(PY) -m stepscope_dev.cli build --node $${STEPSCOPE_E2E_NODE:-real}
 
