@@ -105,6 +105,13 @@ class LocalCluster:
             )
         return result
 
+    def get_json(self, path: str, **query: str) -> dict | None:
+        """GET ``path`` from the API server in this process (stepscope_dev.api_reads): the JSON
+        `kubectl get -o json` would print, or None where the object is not found."""
+        from stepscope_dev.api_reads import api_reader
+
+        return api_reader(self.kubeconfig).get(path, **query)
+
     def s3_client(self, *, secret_key: str | None = None):
         import boto3
         from botocore.config import Config

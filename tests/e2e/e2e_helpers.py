@@ -15,6 +15,7 @@ import jsonpatch
 from e2e_platform import E2EPlatform
 from prometheus_client.parser import text_string_to_metric_families
 from stepscope_agent.step_metrics import STEPS
+from stepscope_dev.api_reads import object_path
 from stepscope_dev.demojob import AGENT_CONFIG_MAP
 from stepscope_operator.admission.injection import (
     INJECT_LABEL,
@@ -147,19 +148,17 @@ def profile_session(namespace: str, name: str, job: str, **window: Any) -> dict[
     }
 
 
+def job_pods(cluster: Any, namespace: str, job: str) -> list[dict[str, Any]]:
+    """The pods of the PyTorchJob ``job``, as the API server lists them now."""
+    listed = cluster.get_json(
+        object_path("pods", namespace), labelSelector=f"{PYTORCHJOB_NAME_LABEL}={job}"
+    )
+    return listed["items"]
+
+
 def running_pods(cluster: Any, namespace: str, job: str) -> Callable[[], bool]:
     def check() -> bool:
-        result = cluster.kubectl(
-            "get",
-            "pods",
-            "-n",
-            namespace,
-            "-l",
-            f"{PYTORCHJOB_NAME_LABEL}={job}",
-            "-o",
-            "json",
-        )
-        pods = json.loads(result.stdout)["items"]
+        pods = job_pods(cluster, namespace, job)
         return (
             bool(pods)
             and all(p.get("status", {}).get("phase") == "Running" for p in pods)
@@ -192,10 +191,7 @@ def stepping_pods(cluster: Any, namespace: str, job: str) -> Callable[[], bool]:
         )
 
     def check() -> bool:
-        result = cluster.kubectl(
-            "get", "pods", "-n", namespace, "-l", f"{PYTORCHJOB_NAME_LABEL}={job}", "-o", "json"
-        )
-        pods = json.loads(result.stdout)["items"]
+        pods = job_pods(cluster, namespace, job)
         return bool(pods) and all(steps_of(pod) > 0 for pod in pods)
 
     return check
@@ -207,8 +203,9 @@ def check_pods_ran_on_platform(platform: E2EPlatform, namespace: str, selector: 
     check."""
     if not platform.node:
         return
-    result = platform.cluster.kubectl("get", "pods", "-n", namespace, "-l", selector, "-o", "json")
-    pods = json.loads(result.stdout)["items"]
+    pods = platform.cluster.get_json(object_path("pods", namespace), labelSelector=selector)[
+        "items"
+    ]
     assert pods, f"no pods match {selector}"
     for pod in pods:
         assert pod["spec"]["nodeName"] == platform.node.name, pod["spec"]["nodeName"]

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from e2e_platform import E2EPlatform
+from stepscope_dev.api_reads import object_path
 from stepscope_dev.loopback_webhooks import (
     Webhook,
     register_webhooks,
@@ -148,10 +149,8 @@ def running_jobset_pods(cluster: Any, namespace: str, name: str, count: int):
     """A check: the JobSet's ``count`` pods all run (returns them), else ``None``."""
 
     def check() -> list[dict[str, Any]] | None:
-        result = cluster.kubectl(
-            "get", "pods", "-n", namespace, "-l", f"{JOBSET_LABEL}jobset-name={name}", "-o", "json"
-        )
-        pods = json.loads(result.stdout)["items"]
+        selector = f"{JOBSET_LABEL}jobset-name={name}"
+        pods = cluster.get_json(object_path("pods", namespace), labelSelector=selector)["items"]
         running = [p for p in pods if p.get("status", {}).get("phase") == "Running"]
         return running if len(running) == count else None
 

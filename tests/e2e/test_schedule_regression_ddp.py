@@ -24,6 +24,7 @@ import json
 
 import pytest
 from e2e_helpers import apply, pytorchjob, running_pods
+from stepscope_dev.api_reads import object_path
 from support import wait_until
 
 pytestmark = pytest.mark.e2e
@@ -34,18 +35,11 @@ KNOB = "extra-compute-ms"
 
 
 def _sessions(cluster, namespace: str) -> list[dict]:
-    result = cluster.kubectl(
-        "get",
-        "profilesessions",
-        "-n",
-        namespace,
-        "-l",
-        f"stepscope.dev/schedule={SCHEDULE}",
-        "-o",
-        "json",
+    listed = cluster.get_json(
+        object_path("profilesessions", namespace),
+        labelSelector=f"stepscope.dev/schedule={SCHEDULE}",
     )
-    items = json.loads(result.stdout)["items"]
-    return sorted(items, key=lambda s: s["metadata"]["creationTimestamp"])
+    return sorted(listed["items"], key=lambda s: s["metadata"]["creationTimestamp"])
 
 
 def _judged(cluster, namespace: str, after: set[str]) -> list[dict]:
@@ -58,16 +52,10 @@ def _judged(cluster, namespace: str, after: set[str]) -> list[dict]:
 
 
 def _events(cluster, namespace: str) -> list[dict]:
-    result = cluster.kubectl(
-        "get",
-        "events",
-        "-n",
-        namespace,
-        f"--field-selector=involvedObject.name={SCHEDULE}",
-        "-o",
-        "json",
+    listed = cluster.get_json(
+        object_path("events", namespace), fieldSelector=f"involvedObject.name={SCHEDULE}"
     )
-    return json.loads(result.stdout)["items"]
+    return listed["items"]
 
 
 def test_a_scheduled_session_catches_added_compute_and_the_recovery(

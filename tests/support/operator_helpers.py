@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from stepscope_dev.api_reads import object_path
 from stepscope_dev.operator_process import REPO_ROOT, OperatorProcess
 from stepscope_dev.operator_process import operator_env as _operator_env
 from stepscope_operator.agents.signing import AgentKeyring
@@ -89,10 +90,7 @@ def write_session_status(local_cluster, namespace: str, name: str, status: Any) 
 
 
 def get_session(local_cluster, namespace: str, name: str) -> dict[str, Any] | None:
-    result = local_cluster.kubectl(
-        "get", "profilesession", name, "-n", namespace, "-o", "json", check=False
-    )
-    return json.loads(result.stdout) if result.returncode == 0 else None
+    return local_cluster.get_json(object_path("profilesessions", namespace, name))
 
 
 def session_phase(local_cluster, namespace: str, name: str) -> str | None:
@@ -102,18 +100,11 @@ def session_phase(local_cluster, namespace: str, name: str) -> str | None:
 
 def object_events(local_cluster, namespace: str, name: str, kind: str) -> list[dict[str, Any]]:
     """The Events about one object, oldest first."""
-    result = local_cluster.kubectl(
-        "get",
-        "events",
-        "-n",
-        namespace,
-        "-o",
-        "json",
-        f"--field-selector=involvedObject.name={name},involvedObject.kind={kind}",
+    events = local_cluster.get_json(
+        object_path("events", namespace),
+        fieldSelector=f"involvedObject.name={name},involvedObject.kind={kind}",
     )
-    return sorted(
-        json.loads(result.stdout)["items"], key=lambda e: e["metadata"]["creationTimestamp"]
-    )
+    return sorted(events["items"], key=lambda e: e["metadata"]["creationTimestamp"])
 
 
 def session_events(local_cluster, namespace: str, name: str) -> list[dict[str, Any]]:

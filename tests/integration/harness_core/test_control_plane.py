@@ -10,6 +10,7 @@ import time
 import pytest
 from botocore.exceptions import ClientError
 from stepscope_dev import versions
+from stepscope_dev.api_reads import ApiReadError, object_path
 from stepscope_dev.build import ensure_binaries
 from stepscope_dev.cluster import LocalCluster, start_cluster, stop_cluster
 from stepscope_dev.processes import pid_alive
@@ -85,6 +86,36 @@ def test_controller_manager_creates_accounts_and_tokens(local_cluster):
         return secret.get("data", {}).get("token", "")
 
     assert wait_until(token, 60, what="the token controller to fill the Secret")
+
+
+def test_in_process_reads_return_what_kubectl_prints(local_cluster):
+    local_cluster.kubectl("create", "namespace", "reads-probe")
+    for name in ("first", "second"):
+        local_cluster.kubectl(
+            "create", "configmap", name, "-n", "reads-probe", f"--from-literal=name={name}"
+        )
+    local_cluster.kubectl("label", "configmap", "second", "-n", "reads-probe", "pick=yes")
+
+    one = local_cluster.get_json(object_path("configmaps", "reads-probe", "first"))
+    printed = json.loads(
+        local_cluster.kubectl("get", "configmap", "first", "-n", "reads-probe", "-o", "json").stdout
+    )
+    assert one == printed
+    listed = local_cluster.get_json(
+        object_path("configmaps", "reads-probe"), labelSelector="pick=yes"
+    )
+    printed = json.loads(
+        local_cluster.kubectl(
+            "get", "configmaps", "-n", "reads-probe", "-l", "pick=yes", "-o", "json"
+        ).stdout
+    )
+    assert listed["items"] == printed["items"]
+    assert [item["kind"] for item in listed["items"]] == ["ConfigMap"]
+    assert local_cluster.get_json(object_path("configmaps", "reads-probe", "absent")) is None
+    with pytest.raises(ApiReadError, match="HTTP 400"):
+        local_cluster.get_json(object_path("configmaps", "reads-probe"), labelSelector="a b c")
+    with pytest.raises(ValueError, match="no API path known for 'widgets'"):
+        object_path("widgets", "reads-probe")
 
 
 def test_garbage_collector_deletes_dependents(local_cluster):

@@ -6,16 +6,14 @@ from __future__ import annotations
 import json
 
 import pytest
+from stepscope_dev.api_reads import object_path
 from support import wait_until
 
 pytestmark = pytest.mark.integration
 
 
 def _schedule(local_cluster, namespace: str) -> dict:
-    result = local_cluster.kubectl(
-        "get", "profileschedule", "every-minute", "-n", namespace, "-o", "json"
-    )
-    return json.loads(result.stdout)
+    return local_cluster.get_json(object_path("profileschedules", namespace, "every-minute"))
 
 
 def test_schedule_creates_a_session_each_tick_and_keeps_history(
@@ -36,17 +34,11 @@ def test_schedule_creates_a_session_each_tick_and_keeps_history(
     local_cluster.kubectl("apply", "-f", "-", input=json.dumps(schedule))
 
     def created_sessions():
-        result = local_cluster.kubectl(
-            "get",
-            "profilesessions",
-            "-n",
-            namespace,
-            "-l",
-            "stepscope.dev/schedule=every-minute",
-            "-o",
-            "json",
+        listed = local_cluster.get_json(
+            object_path("profilesessions", namespace),
+            labelSelector="stepscope.dev/schedule=every-minute",
         )
-        return json.loads(result.stdout)["items"]
+        return listed["items"]
 
     sessions = wait_until(created_sessions, 90, "a scheduled session", interval=2)
     session = sessions[0]

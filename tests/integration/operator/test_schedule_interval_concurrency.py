@@ -18,6 +18,7 @@ import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from stepscope_dev.api_reads import object_path
 from support import wait_until
 from support.operator_helpers import audited_operator, operator_env, patch_status
 
@@ -27,30 +28,18 @@ NAME = "fast"
 
 
 def _sessions(local_cluster, namespace: str) -> list[dict]:
-    result = local_cluster.kubectl(
-        "get",
-        "profilesessions",
-        "-n",
-        namespace,
-        "-l",
-        f"stepscope.dev/schedule={NAME}",
-        "-o",
-        "json",
+    listed = local_cluster.get_json(
+        object_path("profilesessions", namespace), labelSelector=f"stepscope.dev/schedule={NAME}"
     )
-    return json.loads(result.stdout)["items"]
+    return listed["items"]
 
 
 def _events(local_cluster, namespace: str, reason: str) -> list[dict]:
-    result = local_cluster.kubectl(
-        "get",
-        "events",
-        "-n",
-        namespace,
-        f"--field-selector=involvedObject.name={NAME},reason={reason}",
-        "-o",
-        "json",
+    listed = local_cluster.get_json(
+        object_path("events", namespace),
+        fieldSelector=f"involvedObject.name={NAME},reason={reason}",
     )
-    return json.loads(result.stdout)["items"]
+    return listed["items"]
 
 
 def _schedule(policy: str, namespace: str, **spec: object) -> dict:
