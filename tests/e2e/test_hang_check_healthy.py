@@ -26,10 +26,11 @@ def hang_check(namespace: str, name: str, job: str, **check) -> dict:
 
 def test_slow_steps_and_a_finished_job_are_not_hangs(e2e_platform, namespace, operator_process):
     cluster = e2e_platform.cluster
-    # Steps of 6 s against a 3 s floor: only the threshold's scaling with the p95 step time
-    # (4 x 6 s = 24 s) keeps the gaps between steps from counting as hangs.
+    # Steps of 2 s against a 1 s floor: only the threshold's scaling with the p95 step time
+    # (4 x 2 s = 8 s) keeps the gaps between steps from counting as hangs; a 30 s watch
+    # sees about 15 of those gaps.
     apply(
-        cluster, pytorchjob(e2e_platform, namespace, "slow", workers=1, args=["--step-sleep", "6"])
+        cluster, pytorchjob(e2e_platform, namespace, "slow", workers=1, args=["--step-sleep", "2"])
     )
     apply(
         cluster,
@@ -47,8 +48,8 @@ def test_slow_steps_and_a_finished_job_are_not_hangs(e2e_platform, namespace, op
     apply(
         cluster,
         hang_check(
-            namespace, "slow-check", "slow", thresholdFloorSeconds=3, stepTimeMultiplier=4,
-            watchSeconds=75,
+            namespace, "slow-check", "slow", thresholdFloorSeconds=1, stepTimeMultiplier=4,
+            watchSeconds=30,
         ),
     )  # fmt: skip
     # The floor stays above the job's teardown (its final barrier and process exit after
@@ -64,10 +65,10 @@ def test_slow_steps_and_a_finished_job_are_not_hangs(e2e_platform, namespace, op
     slow = get_session(cluster, namespace, "slow-check")["status"]
     assert slow["phase"] == "Succeeded" and "hang" not in slow, json.dumps(slow, indent=1)
     ready = next(c for c in slow["conditions"] if c["type"] == "Ready")
-    assert ready["reason"] == "NoHang" and "watched 75s" in ready["message"], ready
-    # The threshold the check used scaled with the 6 s steps.
+    assert ready["reason"] == "NoHang" and "watched 30s" in ready["message"], ready
+    # The threshold the check used scaled with the 2 s steps.
     threshold = float(ready["message"].split("hang threshold ")[1].split("s")[0])
-    assert threshold >= 24, ready["message"]
+    assert threshold >= 8, ready["message"]
 
     short = get_session(cluster, namespace, "short-check")["status"]
     assert short["phase"] == "Succeeded" and "hang" not in short, json.dumps(short, indent=1)
