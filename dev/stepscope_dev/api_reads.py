@@ -32,6 +32,7 @@ API_PREFIXES = {
     "profiletriggers": "/apis/stepscope.dev/v1alpha1",
     "pytorchjobs": "/apis/kubeflow.org/v1",
     "jobs": "/apis/batch/v1",
+    "deployments": "/apis/apps/v1",
 }
 TIMEOUT_S = 30.0
 

@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 from stepscope_operator.targets.kinds.pytorchjob import JOB_NAME_LABEL as PYTORCHJOB_NAME_LABEL
 
+from stepscope_dev.api_reads import object_path
 from stepscope_dev.net import free_port
 
 DEMO_DIR = Path(__file__).resolve().parents[2] / "dev" / "demo"
@@ -114,10 +115,10 @@ def submit_demo_job(
 
 def job_condition(cluster: Any, namespace: str, name: str = JOB_NAME) -> str | None:
     """The job's latest true condition (Created, Running, Succeeded, Failed, ...), if any."""
-    result = cluster.kubectl("get", "pytorchjob", name, "-n", namespace, "-o", "json", check=False)
-    if result.returncode != 0:
+    job = cluster.get_json(object_path("pytorchjobs", namespace, name))
+    if job is None:
         return None
-    conditions = json.loads(result.stdout).get("status", {}).get("conditions", [])
+    conditions = job.get("status", {}).get("conditions", [])
     true = [c["type"] for c in conditions if c["status"] == "True"]
     return true[-1] if true else None
 
@@ -139,16 +140,16 @@ def wait_for_job(
 
 def job_pods_running(cluster: Any, namespace: str, name: str = JOB_NAME) -> list[dict]:
     """The job's pods once every replica runs with all containers ready; else an empty list."""
-    job = json.loads(
-        cluster.kubectl("get", "pytorchjob", name, "-n", namespace, "-o", "json").stdout
-    )
+    job = cluster.get_json(object_path("pytorchjobs", namespace, name))
+    if job is None:
+        raise LookupError(f"PyTorchJob {namespace}/{name} does not exist")
     expected = sum(r.get("replicas", 1) for r in job["spec"]["pytorchReplicaSpecs"].values())
-    result = cluster.kubectl(
-        "get", "pods", "-n", namespace, "-l", f"{PYTORCHJOB_NAME_LABEL}={name}", "-o", "json"
+    pods = cluster.get_json(
+        object_path("pods", namespace), labelSelector=f"{PYTORCHJOB_NAME_LABEL}={name}"
     )
     running = [
         pod
-        for pod in json.loads(result.stdout)["items"]
+        for pod in pods["items"]
         if pod["status"].get("phase") == "Running"
         and all(s.get("ready") for s in pod["status"].get("containerStatuses", []))
     ]

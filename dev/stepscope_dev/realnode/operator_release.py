@@ -23,6 +23,8 @@ from typing import Any
 
 import yaml
 
+from stepscope_dev.api_reads import object_path
+
 REPO_ROOT = Path(__file__).resolve().parents[3]
 CHART_DIR = REPO_ROOT / "charts" / "stepscope"
 RELEASE = "stepscope"
@@ -107,13 +109,10 @@ def _apply_s3_secret(cluster: Any, namespace: str) -> None:
     cluster.kubectl("apply", "-f", "-", input=json.dumps(secret))
 
 
-def _get_json(cluster: Any, *args: str) -> dict:
-    return json.loads(cluster.kubectl("get", *args, "-o", "json").stdout)
-
-
 def operator_pods(cluster: Any, release: OperatorRelease) -> list[dict]:
     """The operator's pods, oldest first, terminating ones included."""
-    items = _get_json(cluster, "pods", "-n", release.namespace, "-l", release.selector)["items"]
+    pods = object_path("pods", release.namespace)
+    items = cluster.get_json(pods, labelSelector=release.selector)["items"]
     return sorted(items, key=lambda pod: pod["metadata"]["creationTimestamp"])
 
 
@@ -155,7 +154,9 @@ def wait_available(
     operator container keeps crashing."""
     deadline = time.monotonic() + timeout_s
     while True:
-        deployment = _get_json(cluster, "deployment", "-n", release.namespace, release.deployment)
+        deployment = cluster.get_json(
+            object_path("deployments", release.namespace, release.deployment)
+        )
         if _is_available(deployment):
             return deployment
         crashing = [
