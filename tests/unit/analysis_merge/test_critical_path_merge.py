@@ -3,9 +3,11 @@
 Two ranks of one public 128-rank job (``sampled-128rank-rank0/1``) meet at NCCL send/recv
 kernels. By hand from their JSON: the clock offset is the median difference of the
 kernels' ends (each rank has ten, in the same order), and in each step the rank whose
-first kernel starts later on that clock arrived last. Their send/recv kernels do not complete
-together (ranks 0 and 1 exchange with peers outside the pair), so the splice refuses them
-(``test_critical_path_splice.py`` checks it by hand) and each step's path is that rank's.
+first kernel starts later on that clock arrived last. Their send/recv kernels do not
+complete together in that order (the ranks issue step 552's collectives in different
+orders: some are in groups without the other rank, or the down-sampling kept different
+ones), so the splice refuses them (``test_critical_path_splice.py`` checks it by hand) and
+each step's path is that rank's.
 """
 
 from __future__ import annotations

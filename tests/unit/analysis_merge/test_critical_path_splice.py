@@ -3,7 +3,8 @@ arrived last at it, after the last one the rank with the longest tail.
 
 Two checks by hand from the trace events: the public ``sampled-128rank-rank0/1`` pair (the
 NCCL kernels' ends per rank, the clock offset, the last arriver at each collective, the
-pieces' durations and the completions' residual where the path changes rank), and synthetic
+pieces' durations and the completions' residual where the path changes rank, and why the
+merge refuses it: its kernels in order are not the same collectives on both ranks), and synthetic
 two-rank traces where the last arriver changes between the two all-reduces of a step, so
 the spliced path is neither rank's own and holds more work than either. Then the bounds:
 mismatched collectives, a missing rank, and more collectives than a step keeps pieces for.
@@ -148,6 +149,60 @@ def test_each_ranks_pieces_tile_its_step(sampled):
                 parts = piece.length_ms + piece.between_ops_ms + piece.sync_wait_ms
                 assert parts + piece.outside_ms == pytest.approx(piece.ms, abs=1e-3)
                 assert piece.outside_ms >= -1e-3
+
+
+def _annotated_collectives(path) -> dict[int, list[str]]:
+    """Per step, the ``nccl:*`` annotations the host issued in it, in order."""
+    with gzip.open(path) as stream:
+        events = json.load(stream)["traceEvents"]
+    steps = {
+        int(e["name"].split("#")[1]): (e["ts"], e["ts"] + e["dur"])
+        for e in events
+        if e.get("name", "").startswith("ProfilerStep#")
+    }
+    issued = sorted((e["ts"], e["name"]) for e in events if e.get("name", "").startswith("nccl:"))
+    return {step: [n for ts, n in issued if a <= ts <= b] for step, (a, b) in steps.items()}
+
+
+def test_the_public_pair_is_refused_because_its_kernels_in_order_are_not_one_collective(
+    shared_traces, sampled
+):
+    """Why the pair is refused, by hand: the splice keys each rank's kernels by their order
+    in the step (they carry no process group or sequence number), and here the n-th kernel on
+    rank 0 is not the n-th on rank 1. The refusal is right, not a defect of the splice."""
+    summaries, [(k0, _), (k1, _)] = sampled
+    # A process group issues its collectives in one order on every member; in step 552 the
+    # two ranks issue theirs in different orders: some are in groups without the other rank,
+    # or the down-sampled traces kept different ones. Either way the orders do not pair.
+    issued = [_annotated_collectives(shared_traces / name) for name in SAMPLED]
+    assert issued[0][551] == issued[1][551]
+    assert issued[0][552] == [
+        "nccl:all_to_all", "nccl:all_to_all", "nccl:all_reduce", "nccl:all_reduce",
+        "nccl:_all_gather_base",
+    ]  # fmt: skip
+    assert issued[1][552] == [
+        "nccl:all_to_all", "nccl:all_reduce", "nccl:all_to_all", "nccl:all_reduce",
+        "nccl:_all_gather_base",
+    ]  # fmt: skip
+    # Paired by time instead, half of each rank's kernels end within 0.4 ms of one on the
+    # other rank (one at the same microsecond) and the rest are 13 ms or more from any.
+    ends0 = [end for step in sorted(k0) for _, end in k0[step]]
+    ends1 = [end for step in sorted(k1) for _, end in k1[step]]
+    for mine, theirs in ((ends0, ends1), (ends1, ends0)):
+        nearest = sorted(min(abs(end - other) for other in theirs) for end in mine)
+        assert nearest[:5] == [0.0, 8.0, 55.0, 189.0, 332.0]
+        assert min(nearest[5:]) > 13_000.0
+    # Rank 0's second kernel of step 551 completes with rank 1's first: paired in order,
+    # they are two different collectives.
+    assert k0[551][1][1] == k1[551][0][1]
+    # So the pairs in order do not complete together: the alignment's residual, by hand
+    # (with two ranks each is half its pair's aligned difference), is 10.7 ms at the median.
+    offset = statistics.median(a - b for a, b in zip(ends0, ends1, strict=True))
+    halves = sorted(abs(a - b - offset) / 2 for a, b in zip(ends0, ends1, strict=True))
+    job = merge_ranks(summaries)
+    assert job.alignment.residual_median_abs_us == pytest.approx(statistics.median(halves))
+    assert job.alignment.residual_median_abs_us == pytest.approx(10669.25)
+    assert all(entry.chosen_by == "arrived_last" for entry in job.critical_path.steps)
 
 
 # --- synthetic traces where the last arriver changes ------------------------------------
