@@ -8,10 +8,12 @@ the all-reduce, for the hang checks to find. ``--extra-compute-file`` names a fi
 rewrites while the job runs: each step reads milliseconds of extra matrix products to do
 after the forward pass from it, so a test can slow the job's compute and restore it.
 
-The extra work is a few large matrix products, their count calibrated at start to fill the
-milliseconds asked: the profiler sees each as one long ``aten::mm``, which the analysis
-counts as compute. A loop of thousands of tiny products would take the same time but show
-mostly as the host's launch gaps between them (host overhead and idle), not as compute.
+The extra work is a few large matrix products, as many as fill the milliseconds asked at the
+fastest one product has taken on this rank: the profiler sees each as one long ``aten::mm``,
+which the analysis counts as compute. A loop of thousands of tiny products would take the
+same time but show mostly as the host's launch gaps between them (host overhead and idle), not
+as compute. The knob is CPU time, then: where ranks share cores, a product takes longer on the
+wall, and the profiler counts that as compute too.
 """
 
 import argparse
@@ -41,16 +43,17 @@ class ExtraCompute:
     def __init__(self, path: str) -> None:
         self.path = path
         self.block = torch.randn(EXTRA_SIDE, EXTRA_SIDE)
-        self.product_ms = self._calibrate() if path else 0.0
+        self.product_ms = float("inf")
+        for _ in range(7 if path else 0):
+            self._product()
 
-    def _calibrate(self) -> float:
-        # The fastest of a few: the pods start together and share the cores while they do.
-        timings = []
-        for _ in range(7):
-            start = time.perf_counter()
-            torch.mm(self.block, self.block)
-            timings.append((time.perf_counter() - start) * 1000.0)
-        return max(min(timings), 0.05)
+    def _product(self) -> None:
+        # The fastest product so far is one that had a core to itself: the ranks start
+        # together and share the cores as they compute, so the first few are slow (taking
+        # the fastest of a few at start halved the products asked for, or worse).
+        start = time.perf_counter()
+        torch.mm(self.block, self.block)
+        self.product_ms = max(min(self.product_ms, (time.perf_counter() - start) * 1000.0), 0.05)
 
     def milliseconds(self) -> float:
         try:
@@ -64,7 +67,7 @@ class ExtraCompute:
             return
         products = round(self.milliseconds() / self.product_ms)
         for _ in range(products):
-            torch.mm(self.block, self.block)
+            self._product()
 
 
 def main() -> None:
