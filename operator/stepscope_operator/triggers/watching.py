@@ -14,12 +14,15 @@ What a tick costs: the timer runs every 5 s for every trigger, outside the sampl
 so a tick that is not due does no more than a dictionary look-up and a clock read (the spec
 is validated once per generation and kept in the watch), and a tick writes the status only
 when it differs from the one the trigger has: a suspended trigger or an invalid spec is
-told once, not patched every tick. tests/unit/operator/test_trigger_ticks.py measures it.
+told once, not patched every tick. A tick that samples writes when something a reader acts
+on changed, else at most every ``STATUS_REFRESH`` (`sample_worth_writing`).
+tests/unit/operator/test_trigger_ticks.py measures it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -49,6 +52,15 @@ from stepscope_operator.triggers.seats import TriggerSeats
 from stepscope_operator.triggers.verdicts import awaits_verdict, follow_verdict
 
 PRUNE_EVERY_SECONDS = 60.0
+# A sample always moves lastSampleTime and, most samples, a number in Ready's message (the
+# band's median, a warm-up's count). Writing each would patch every trigger every interval
+# (5 s at the shortest) for nobody: each patch is an API-server write, an etcd revision and a
+# watch event to every watcher of triggers, this operator included. So a sampling tick writes
+# when a reader would act on the change (Ready's status, reason or words, jobsWatched,
+# lastFired, the generation observed) and otherwise once a minute, which is how stale
+# lastSampleTime and those numbers may be: enough to tell a watching trigger from a stuck one.
+STATUS_REFRESH = timedelta(seconds=60)
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
 
 
 @dataclass
@@ -127,16 +139,7 @@ async def watch_trigger(
     if spec.suspend:
         message = "spec.suspend is true: no job is sampled and nothing fires"
         return _changed(ctx.now(), body, TriggerEventReason.SUSPENDED, message, "False")
-    status = ProfileTriggerStatus.model_validate(body.get("status") or {})
-    if not watch.recalled:
-        recalled = await recall_firings(ctx, board.ledger, body)
-        watch.recalled = True
-        if status.last_fired is None and recalled is not None:
-            status = status.model_copy(update={"last_fired": recalled})
-    if awaits_verdict(status.last_fired):
-        assert status.last_fired is not None
-        followed = await follow_verdict(ctx, body, status.last_fired)
-        status = status.model_copy(update={"last_fired": followed})
+    status = await _with_last_fired(ctx, board, watch, body)
     targets = spec.jobs.targets()
     late = board.budget.describe_wait(await board.budget.take(len(targets)))
     samples = await asyncio.gather(*(sample_job(ctx, meta["namespace"], t) for t in targets))
@@ -160,13 +163,55 @@ async def watch_trigger(
             watch.baseline_checked[job] = now
             if recorded := await record_baseline(ctx, body, spec, target, job, now):
                 notes.append(f"{job}: {recorded}")
-    status = status.model_copy(update={"jobs_watched": answered, "last_sample_time": ctx.now()})
+    now = ctx.now()
+    status = status.model_copy(update={"jobs_watched": answered, "last_sample_time": now})
     ready = (
         ("True", TriggerEventReason.WATCHING)
         if answered
         else ("False", TriggerEventReason.JOB_UNREACHABLE)
     )
-    return _with_ready(ctx.now(), body, status, *ready, "; ".join(notes))
+    written = _with_ready(now, body, status, *ready, "; ".join(notes))
+    return written if sample_worth_writing(body.get("status") or {}, written, now) else None
+
+
+async def _with_last_fired(
+    ctx: OperatorContext, board: TriggerBoard, watch: TriggerWatch, body: dict[str, Any]
+) -> ProfileTriggerStatus:
+    """The trigger's status with its last firing: counted again after a restart (once), and
+    with its verdict against the baseline once there is one."""
+    status = ProfileTriggerStatus.model_validate(body.get("status") or {})
+    if not watch.recalled:
+        recalled = await recall_firings(ctx, board.ledger, body)
+        watch.recalled = True
+        if status.last_fired is None and recalled is not None:
+            status = status.model_copy(update={"last_fired": recalled})
+    if awaits_verdict(status.last_fired):
+        assert status.last_fired is not None
+        followed = await follow_verdict(ctx, body, status.last_fired)
+        status = status.model_copy(update={"last_fired": followed})
+    return status
+
+
+def sample_worth_writing(old: dict[str, Any], new: dict[str, Any], now: datetime) -> bool:
+    """Whether a sampling tick's status `new` is worth a write over the trigger's `old` one:
+    when the fields it writes differ in more than the sample's time and the numbers in the
+    conditions' messages, or when `old` was sampled ``STATUS_REFRESH`` ago or more."""
+    if _gist({key: old.get(key) for key in new}) != _gist(new):
+        return True
+    try:
+        sampled = datetime.fromisoformat(old["lastSampleTime"])
+    except (KeyError, TypeError, ValueError):
+        return True
+    return now - sampled >= STATUS_REFRESH
+
+
+def _gist(status: dict[str, Any]) -> dict[str, Any]:
+    conditions = [
+        {**c, "message": _NUMBER.sub("#", c.get("message") or "")}
+        for c in status.get("conditions") or []
+    ]
+    rest = {key: value for key, value in status.items() if key != "lastSampleTime"}
+    return rest | {"conditions": conditions}
 
 
 def _spec_of(watch: TriggerWatch, body: dict[str, Any]) -> ProfileTriggerSpec | None:

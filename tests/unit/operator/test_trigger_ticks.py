@@ -1,13 +1,15 @@
 """What a ProfileTrigger's timer tick costs and writes: a tick that changes nothing returns
 no status to patch (a suspended trigger, an invalid spec, a trigger without a seat are told
-once), and a tick that is not due validates nothing. The ticks below never reach the API server or
-an agent: a suspended or invalid trigger samples nothing."""
+once), a tick that samples writes only what a reader needs (else once a minute), and a tick
+that is not due validates nothing. The ticks below never reach the API server or an agent: a
+suspended or invalid trigger samples nothing, and a watching one samples a stand-in."""
 
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
+from stepscope_operator.triggers import watching
 from stepscope_operator.triggers.judging import JobJudge
 from stepscope_operator.triggers.samples import JobSample, RankSample
 from stepscope_operator.triggers.seats import TriggerSeats
@@ -19,8 +21,11 @@ from stepscope.api.trigger import ProfileTriggerSpec, TriggerEventReason, Trigge
 class Clock:
     """The one part of the operator's context these ticks use: its clock."""
 
+    def __init__(self) -> None:
+        self.at = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
+
     def now(self) -> datetime:
-        return datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
+        return self.at
 
 
 def trigger(spec: dict, generation: int = 1) -> dict:
@@ -40,9 +45,9 @@ SUSPENDED = {"jobs": {"kind": "pytorchJob", "names": ["llama"]}, "suspend": True
 INVALID = {"jobs": {"kind": "pytorchJob", "names": ["llama"]}, "intervalSeconds": 1}
 
 
-def tick(board: TriggerBoard, body: dict) -> dict | None:
+def tick(board: TriggerBoard, body: dict, clock: Clock | None = None) -> dict | None:
     """One tick; the status it returns is written back as kopf's patch would."""
-    status = asyncio.run(watch_trigger(Clock(), board, body))  # type: ignore[arg-type]
+    status = asyncio.run(watch_trigger(clock or Clock(), board, body))  # type: ignore[arg-type]
     if status is not None:
         body["status"] = status
     return status
@@ -86,6 +91,41 @@ def test_a_trigger_without_a_seat_is_told_once():
     assert tick(board, late) is not None
     assert ready(late)["reason"] == TriggerEventReason.TOO_MANY_TRIGGERS
     assert tick(board, late) is None
+
+
+WATCHING = {
+    "jobs": {"kind": "pytorchJob", "names": ["llama"]},
+    "rules": {"stepTimeBand": {"window": 10, "warmupSamples": 5}},
+    "recordBaselines": False,
+}
+
+
+def test_a_sampling_tick_writes_what_a_reader_needs_and_otherwise_once_a_minute(monkeypatch):
+    """A healthy job sampled every 5 s for 3 minutes: the status is written at the first
+    sample, when the band is made and when the job is first in it (Ready's words change), and
+    then once a minute: 5 writes, not 36, although every sample moves lastSampleTime and the
+    numbers in Ready's message."""
+    step = 0
+
+    async def sample(ctx, namespace, target):
+        nonlocal step
+        step += 20
+        ms = 100.0 + step % 7  # a median that moves a little every sample
+        return JobSample(ranks=(RankSample(0, "p", "n", step, ms, None, step, step, ms),))
+
+    monkeypatch.setattr(watching, "sample_job", sample)
+    clock, board, body = Clock(), TriggerBoard(), trigger(WATCHING)
+    board.watch_for("u-1", 1).recalled = True  # no sessions to count again: no API server
+    written = []
+    for second in range(0, 180, 5):
+        make_due(board)
+        if tick(board, body, clock) is not None:
+            written.append((second, ready(body)["message"]))
+            assert body["status"]["lastSampleTime"] == clock.at.isoformat().replace("+00:00", "Z")
+        clock.at += timedelta(seconds=5)
+    assert [second for second, _ in written] == [0, 20, 25, 85, 145], written
+    assert "warming up" in written[0][1] and "band ready" in written[1][1], written
+    assert all("in band" in message for _, message in written[2:]), written
 
 
 def test_a_tick_that_is_not_due_validates_nothing(monkeypatch):
