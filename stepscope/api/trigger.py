@@ -457,6 +457,14 @@ class TriggerFiring(ApiModel):
             "opened session is compared with; unset when there was none (or for a hang check)."
         ),
     )
+    baseline_pending: bool | None = Field(
+        None,
+        description=(
+            "Observed state. True when baselineSession is a baseline the trigger opened that "
+            "was still running when it fired: the comparison waits until it has finished, "
+            "and the trigger makes it itself if the opened session was analysed first."
+        ),
+    )
     baseline_comparison: BaselineComparison | None = Field(
         None,
         description=(

@@ -90,6 +90,23 @@ async def _summary_or_reason(
         return None, str(why)
 
 
+async def compare_sessions(
+    ctx: OperatorContext, session: dict[str, Any], baseline: dict[str, Any]
+) -> Comparison:
+    """`session` against the one session `baseline`, both Succeeded, from their summary.json:
+    what a session's analysis makes of spec.baseline.sessionRef, made after the fact (for a
+    trigger's firing whose baseline was still running when the session was analysed)."""
+    name, ref = session["metadata"]["name"], baseline["metadata"]["name"]
+    current, why = await _summary_or_reason(ctx, session)
+    if current is None:
+        return inconclusive(f"session {name} {why}", BASELINE_THRESHOLD_PCT, name, [ref])
+    before, why = await _summary_or_reason(ctx, baseline)
+    if before is None:
+        reason = f"baseline session {ref} {why}"
+        return inconclusive(reason, BASELINE_THRESHOLD_PCT, name, [ref])
+    return compare_jobs((name, current), [(ref, before)], BASELINE_THRESHOLD_PCT, 1)
+
+
 def _succeeded(session: dict[str, Any]) -> bool:
     return (session.get("status") or {}).get("phase") == "Succeeded"
 

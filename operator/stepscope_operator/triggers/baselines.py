@@ -44,10 +44,12 @@ from stepscope_operator.triggers.opening import (
 
 @dataclass(frozen=True)
 class BaselineChoice:
-    """The chosen session's name, or None and why there is none, in words for an Event."""
+    """The chosen session's name, or None and why there is none, in words for an Event.
+    `pending`: the session is a baseline the trigger opened that has not finished yet."""
 
     session: str | None
     why_none: str = ""
+    pending: bool = False
 
 
 def same_job(session: dict[str, Any], target: TargetSpec) -> bool:
@@ -118,11 +120,36 @@ def last_good_session(
     return BaselineChoice(None, f"none of the job's {total} earlier sessions is one ({counted})")
 
 
-def baseline_in_progress(sessions: list[dict[str, Any]], trigger_uid: str, job: str) -> bool:
-    """Whether a baseline this trigger opened for `job` has not finished yet."""
-    return any(
-        (s["metadata"].get("labels") or {}).get(TRIGGER_LABEL) == trigger_uid
-        and (s["metadata"].get("annotations") or {}).get(BASELINE_FOR_ANNOTATION) == job
-        and not is_final((s.get("status") or {}).get("phase"))
+def recorded_baselines(
+    sessions: list[dict[str, Any]], trigger_uid: str, job: str
+) -> list[dict[str, Any]]:
+    """The baselines this trigger opened for `job`."""
+    return [
+        s
         for s in sessions
+        if (s["metadata"].get("labels") or {}).get(TRIGGER_LABEL) == trigger_uid
+        and (s["metadata"].get("annotations") or {}).get(BASELINE_FOR_ANNOTATION) == job
+    ]
+
+
+def running_baseline(sessions: list[dict[str, Any]], trigger_uid: str, job: str) -> str | None:
+    """The name of a baseline this trigger opened for `job` that has not finished yet."""
+    return next(
+        (
+            s["metadata"]["name"]
+            for s in recorded_baselines(sessions, trigger_uid, job)
+            if not is_final((s.get("status") or {}).get("phase"))
+        ),
+        None,
     )
+
+
+def ended_at(session: dict[str, Any]) -> datetime | None:
+    """When a finished session ended: its window's end, else its conditions' newest flip,
+    else its creation."""
+    status = session.get("status") or {}
+    flips = [c.get("lastTransitionTime") or "" for c in status.get("conditions") or []]
+    for text in ((status.get("window") or {}).get("endTime"), max(flips, default=None)):
+        if text and (moment := _parsed(text)) is not None:
+            return moment
+    return _parsed(session["metadata"].get("creationTimestamp") or "")

@@ -13,7 +13,9 @@ samples go on.
 A profiling firing names the job's last good session (triggers/baselines.py) as the opened
 session's spec.baseline.sessionRef, so the session's own analysis compares the two; the
 Events and the trigger's status.lastFired say which session that is, or plainly that there
-is none and why.
+is none and why. A job whose only baseline is one the trigger opened and that still runs
+gets that one, named as pending (lastFired.baselinePending): the trigger waits for it to
+finish before it reports the comparison.
 """
 
 from __future__ import annotations
@@ -37,7 +39,11 @@ from stepscope_operator.context import OperatorContext
 from stepscope_operator.errors import describe_api_refusal, describe_exception
 from stepscope_operator.sessions.status import is_final
 from stepscope_operator.threads import computed
-from stepscope_operator.triggers.baselines import BaselineChoice, last_good_session
+from stepscope_operator.triggers.baselines import (
+    BaselineChoice,
+    last_good_session,
+    running_baseline,
+)
 from stepscope_operator.triggers.evidence import Evidence
 from stepscope_operator.triggers.ledger import FiringLedger, Refusal
 from stepscope_operator.triggers.opening import (
@@ -123,7 +129,7 @@ async def fire(
     name = session_name(
         job_name, evidence, firing_time_key(evidence, now, spec.limits.cooldown_seconds)
     )
-    choice = None if hang else _baseline_for(spec, sessions, target, now)
+    choice = None if hang else _baseline_for(spec, sessions, target, now, meta["uid"], job)
     try:
         session = session_for_firing(
             trigger, spec, target, job, evidence, name, now, choice and choice.session
@@ -156,17 +162,29 @@ async def fire(
         message=evidence.message,
         session=name,
         baseline_session=choice and choice.session,
+        baseline_pending=True if choice is not None and choice.pending else None,
         baseline_comparison=None if choice is None else no_baseline_record(choice, name),
     )
 
 
 def _baseline_for(
-    spec: ProfileTriggerSpec, sessions: list[dict[str, Any]], target: TargetSpec, now: datetime
+    spec: ProfileTriggerSpec,
+    sessions: list[dict[str, Any]],
+    target: TargetSpec,
+    now: datetime,
+    trigger_uid: str,
+    job: str,
 ) -> BaselineChoice:
-    """The template's own baseline when it names one, else the job's last good session."""
+    """The template's own baseline when it names one, else the job's last good session, else
+    the baseline this trigger opened for the job while it was steady and that still runs:
+    it is the job as it was, and the trigger compares the two once it has finished
+    (triggers/verdicts.py)."""
     if spec.session_template.baseline is not None:
         return BaselineChoice(spec.session_template.baseline.session_ref)
-    return last_good_session(sessions, target, spec.session_template.granularity, now)
+    choice = last_good_session(sessions, target, spec.session_template.granularity, now)
+    if choice.session is None and (running := running_baseline(sessions, trigger_uid, job)):
+        return BaselineChoice(running, pending=True)
+    return choice
 
 
 async def _not_created(

@@ -5,9 +5,9 @@ session a trigger opens for a steady job that has none (triggers/baselines.py).
 The name is the job, the reason and a time: for a hang, the agent-clock minute the job
 last stepped (the same stall gives the same name, however often the operator restarts);
 for the other reasons, the start of the cooldown period the firing falls in (one session
-per job, reason and cooldown); for a baseline, the UTC day (one a job a day). Creating a
-name that exists already is answered 409, so a restarted operator that fires again on the
-same evidence opens nothing twice.
+per job, reason and cooldown); for a baseline, the UTC day and the try (at most a few a job
+a day, triggers/recording.py). Creating a name that exists already is answered 409, so a
+restarted operator that fires again on the same evidence opens nothing twice.
 """
 
 from __future__ import annotations
@@ -66,8 +66,10 @@ def session_name(job_name: str, evidence: Evidence, time_key: str) -> str:
     return f"{_slug(job_name)}-{SHORT_REASONS[evidence.reason]}-{time_key}"
 
 
-def baseline_session_name(job_name: str, now: datetime) -> str:
-    return f"{_slug(job_name)}-baseline-{now.astimezone(UTC).strftime('%Y%m%d')}"
+def baseline_session_name(job_name: str, now: datetime, attempt: int = 1) -> str:
+    """The day's first baseline is `<job>-baseline-<day>`, a retry `<job>-baseline-<day>-<n>`."""
+    day = f"{_slug(job_name)}-baseline-{now.astimezone(UTC).strftime('%Y%m%d')}"
+    return day if attempt == 1 else f"{day}-{attempt}"
 
 
 def session_for_firing(

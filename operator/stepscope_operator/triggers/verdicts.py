@@ -6,6 +6,13 @@ The comparison is made by the session's own analysis (its spec.baseline.sessionR
 triggers/baselines.py) and lands in its status.baselineComparison; the trigger follows its
 last firing until that record is there, then copies it. One session read per sample, and
 only while the last firing waits for its verdict.
+
+A firing whose baseline was still running (lastFired.baselinePending) waits for the baseline
+to finish as well: a session's analysis compares only with a Succeeded baseline, so when the
+opened session was analysed first its own record measured nothing, and the trigger then
+compares the two itself from their summaries once both have Succeeded, and writes that into
+the session's status.baselineComparison too, so the two never disagree. Two session reads
+per sample while such a firing waits.
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ from typing import Any
 from stepscope.api.trigger import TriggerEventReason, TriggerFiring, TriggerReason
 from stepscope.api.verdict import BaselineComparison
 from stepscope_operator.context import OperatorContext
-from stepscope_operator.sessions.baselines import BASELINE_THRESHOLD_PCT
+from stepscope_operator.sessions.baselines import BASELINE_THRESHOLD_PCT, compare_sessions
 from stepscope_operator.sessions.comparing import inconclusive, status_record
 from stepscope_operator.sessions.status import is_final
 from stepscope_operator.triggers.baselines import BaselineChoice
@@ -25,6 +32,11 @@ def describe_choice(choice: BaselineChoice) -> str:
     """What the firing's Events say of the baseline."""
     if choice.session is None:
         return f"no baseline to compare with: {choice.why_none}"
+    if choice.pending:
+        return (
+            f"compared with the job's baseline {choice.session}, still running, once both "
+            "are analysed"
+        )
     return f"compared with the job's last good session {choice.session} once analysed"
 
 
@@ -75,9 +87,23 @@ async def follow_verdict(
     """`firing` with its comparison once the opened session has one (told in Events then);
     unchanged while the session is still on its way."""
     namespace = trigger["metadata"]["namespace"]
+    assert firing.baseline_session is not None, "only a firing with a baseline is followed"
+    baseline = None
+    if firing.baseline_pending:
+        baseline = await ctx.kube.get_session(namespace, firing.baseline_session)
+        if baseline is not None and not is_final((baseline.get("status") or {}).get("phase")):
+            return firing
     opened = await ctx.kube.get_session(namespace, firing.session)
     status = (opened or {}).get("status") or {}
-    if "baselineComparison" in status:
+    if firing.baseline_pending and opened is not None and _compare_again(status, baseline):
+        if not is_final(status.get("phase")):
+            return firing
+        assert baseline is not None
+        record = status_record(await compare_sessions(ctx, opened, baseline))
+        await ctx.kube.patch_session_status(
+            namespace, firing.session, {"baselineComparison": record.to_wire()}
+        )
+    elif "baselineComparison" in status:
         record = BaselineComparison.model_validate(status["baselineComparison"])
     elif opened is None or is_final(status.get("phase")):
         ended = "was deleted" if opened is None else f"ended {status.get('phase')}"
@@ -87,11 +113,20 @@ async def follow_verdict(
         )
     else:
         return firing
-    assert firing.baseline_session is not None, "only a firing with a baseline is followed"
-    baseline = await ctx.kube.get_session(namespace, firing.baseline_session)
+    baseline = baseline or await ctx.kube.get_session(namespace, firing.baseline_session)
     message = verdict_message(firing, record, step_time_change(baseline, opened))
     kind = "Warning" if record.verdict == "regression" else "Normal"
     await ctx.kube.post_event(trigger, kind, TriggerEventReason.BASELINE_COMPARED, message)
     if opened is not None:
         await ctx.kube.post_event(opened, kind, TriggerEventReason.BASELINE_COMPARED, message)
     return firing.model_copy(update={"baseline_comparison": record})
+
+
+def _compare_again(status: dict[str, Any], baseline: dict[str, Any] | None) -> bool:
+    """Whether the opened session's own comparison (`status`) is to be made again: its
+    baseline, which was running when the trigger fired, has Succeeded since, and the session
+    has no comparison or one that measured nothing (made while the baseline ran)."""
+    if ((baseline or {}).get("status") or {}).get("phase") != "Succeeded":
+        return False
+    record = status.get("baselineComparison")
+    return record is None or record.get("stepTimeDeltaPct") is None

@@ -44,7 +44,7 @@ from stepscope_operator.threads import computed
 from stepscope_operator.triggers.firing import Told, fire, recall_firings
 from stepscope_operator.triggers.judging import JobJudge
 from stepscope_operator.triggers.ledger import FiringLedger
-from stepscope_operator.triggers.recording import RECHECK, record_baseline
+from stepscope_operator.triggers.recording import record_baseline
 from stepscope_operator.triggers.sample_budget import SampleBudget
 from stepscope_operator.triggers.samples import JobSample
 from stepscope_operator.triggers.sampling import sample_job
@@ -75,15 +75,14 @@ class TriggerWatch:
     # The spec of this generation, validated once; or why it does not validate.
     spec: ProfileTriggerSpec | None = None
     invalid: str | None = None
-    # When each job was last looked at for a missing baseline (triggers/recording.py).
-    baseline_checked: dict[str, datetime] = field(default_factory=dict)
+    # When each job is next looked at for a missing baseline (triggers/recording.py).
+    baseline_next: dict[str, datetime] = field(default_factory=dict)
 
     def due(self, interval_s: int, now: float) -> bool:
         return self.sampled_at is None or now - self.sampled_at >= interval_s
 
     def baseline_due(self, job: str, now: datetime) -> bool:
-        checked = self.baseline_checked.get(job)
-        return checked is None or now - checked >= RECHECK
+        return now >= self.baseline_next.get(job, now)
 
 
 @dataclass
@@ -160,9 +159,10 @@ async def watch_trigger(
         notes.append(f"{job}: {judge.describe()}")
         now = ctx.now()
         if spec.record_baselines and not found and judge.steady() and watch.baseline_due(job, now):
-            watch.baseline_checked[job] = now
-            if recorded := await record_baseline(ctx, body, spec, target, job, now):
-                notes.append(f"{job}: {recorded}")
+            plan = await record_baseline(ctx, body, spec, target, job, now)
+            watch.baseline_next[job] = now + plan.recheck
+            if plan.note:
+                notes.append(f"{job}: {plan.note}")
     now = ctx.now()
     status = status.model_copy(update={"jobs_watched": answered, "last_sample_time": now})
     ready = (

@@ -79,8 +79,8 @@ def trigger_manifest(namespace: str) -> dict:
                 "granularity": "steps",
                 "window": {"steps": 3, "warmupSteps": 0, "leadSeconds": 1, "timeoutSeconds": 30},
             },
-            # The baselines a trigger records have a test of their own
-            # (test_trigger_compares_with_baseline.py); here only firings open sessions.
+            # The baselines a trigger records have a test of their own (the last one here,
+            # and tests/unit/operator/test_trigger_baseline_retries.py); here only firings.
             "recordBaselines": False,
         },
     }

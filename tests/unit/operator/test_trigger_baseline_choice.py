@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 
 from stepscope_operator.triggers.baselines import (
     BaselineChoice,
-    baseline_in_progress,
     last_good_session,
+    running_baseline,
 )
 from stepscope_operator.triggers.evidence import Evidence
 from stepscope_operator.triggers.opening import (
@@ -125,9 +125,10 @@ def test_a_baseline_session_is_owned_labelled_and_never_counted_as_a_firing():
     assert made["metadata"]["annotations"] == {BASELINE_FOR_ANNOTATION: "pytorchjob/llama"}
     assert made["metadata"]["ownerReferences"][0]["uid"] == "u-1"
     running = {**made, "status": {"phase": "Capturing"}}
-    assert baseline_in_progress([running], "u-1", "pytorchjob/llama")
+    assert running_baseline([running], "u-1", "pytorchjob/llama") == name
     done = {**made, "status": {"phase": "Failed"}}
-    assert not baseline_in_progress([done], "u-1", "pytorchjob/llama")
+    assert running_baseline([done], "u-1", "pytorchjob/llama") is None
+    assert baseline_session_name("llama", NOW, 2) == "llama-baseline-20261206-2"
 
 
 def test_no_baseline_is_said_plainly_and_a_found_one_awaits_the_verdict():
