@@ -4,11 +4,12 @@
 PyTorchJob on a real node, compute added mid-run) and keeps what real kubectl printed and what
 the agents' ``/metrics`` served in docs/examples/trigger-run/. Without it, the section is
 rendered from that recording: the trigger as applied, ``kubectl get profiletriggers``, excerpts
-of ``kubectl describe`` for the trigger (its Events) and for the session it opened (its verdict
-and Events), and the plot of the scraped step time (docs/images/trigger-step-time.svg) beside
-the dashboard panel that charts the same series, with its PromQL read from the chart's
-dashboard JSON. `make docs-examples` renders; tests/unit/harness/test_trigger_example.py
-renders again and fails when the README or the plot differs.
+of ``kubectl describe`` for the trigger (its Events) and for the session it opened (its verdict,
+its comparison with the baseline the trigger recorded, and its Events), and the plot of the
+scraped step time (docs/images/trigger-step-time.svg) beside the dashboard panel that charts
+the same series, with its PromQL read from the chart's dashboard JSON. `make docs-examples`
+renders; tests/unit/harness/test_trigger_example.py renders again and fails when the README or
+the plot differs.
 """
 
 from __future__ import annotations
@@ -65,8 +66,12 @@ SESSION_KEPT: tuple[tuple[str, ...], ...] = (
     ("Name",),
     ("Namespace",),
     ("Metadata", "Owner References"),
+    ("Spec", "Baseline"),
+    ("Status", "Baseline Comparison", "Step Time Delta Pct"),
+    ("Status", "Baseline Comparison", "Verdict"),
     ("Status", "Phase"),
     ("Status", "Summary", "Bottleneck"),
+    ("Status", "Summary", "Breakdown"),
     ("Status", "Summary", "Step Time"),
     ("Status", "Target"),
     ("Status", "Window", "Range"),
@@ -215,7 +220,11 @@ def section_lines(recording: Recording) -> list[str]:
             f"A real run: a {run['job']['ranks']}-rank DDP PyTorchJob `{run['job']['name']}` "
             "under the Kubeflow training operator on a real node, the operator installed from "
             f"its chart, and this trigger sampling the job every {spec['intervalSeconds']} s. "
-            f"Once the band was warm, each step got {run['extraComputeMs']} ms more compute. "
+            "Once the band was warm, the trigger recorded a baseline session of the healthy "
+            f"job; then each rank's step got {run['extraComputeMs']} ms more compute (matrix "
+            "products, timed at the fastest one product ran). The four ranks share the "
+            f"machine's cores with whatever else it runs (the run at nice {run['nice']}), so a "
+            "step grew by far more than that. "
             f"`{run['command']}` ran it on a {run['machine']} on {recorded_on} and kept what "
             "kubectl printed and what the agents served; `make docs-examples` renders this "
             "section from that recording, and a test checks it."
@@ -226,8 +235,9 @@ def section_lines(recording: Recording) -> list[str]:
         *_fenced("kubectl get profiletriggers", _lines(recording.get_text)),
         "",
         *_prose(
-            "The trigger's Events say what moved, by how much, against what band, and that the "
-            "cooldown held the next firing (an excerpt; `...` marks lines left out):"
+            "The trigger's Events say that it recorded the baseline, what moved, by how much, "
+            "against what band, what the session it opened found against the baseline, and that "
+            "the cooldown held the next firing (an excerpt; `...` marks lines left out):"
         ),
         "",
         *_fenced(
@@ -236,8 +246,9 @@ def section_lines(recording: Recording) -> list[str]:
         ),
         "",
         *_prose(
-            "The session it opened is owned by the trigger, carries the same Event, and profiles "
-            "the job like any other; its last Event is the verdict:"
+            "The session it opened is owned by the trigger, names the baseline in "
+            "`spec.baseline.sessionRef`, carries the same Events, and profiles the job like any "
+            "other: its own verdict (the bottleneck) and its comparison with the baseline:"
         ),
         "",
         *_fenced(

@@ -5,10 +5,11 @@ Kubeflow training operator, and the stepscope operator from its image through th
 webhook injects the agents. The job is a 4-rank DDP PyTorchJob (a master and three workers)
 running tests/e2e/ddp_job.py, the e2e trigger test's job, whose knob file (a host directory
 mounted into every trainer) says how many milliseconds of extra matrix products each step
-does. The trigger is ``TRIGGER``: it watches the job every 5 s. Once its band is warm and has
-held the job for a few more samples, the knob goes from 0 to ``EXTRA_COMPUTE_MS``; the run then
-waits for the trigger to open a session, for that session to finish, and for the cooldown to
-hold the next firing.
+does. The trigger is ``TRIGGER``: it watches the job every 5 s. Once its band is warm, the
+trigger records a baseline of the healthy job; once that has succeeded and the band has held the
+job for a few more samples, the knob goes from 0 to ``EXTRA_COMPUTE_MS``; the run then waits for
+the trigger to open a session, for that session to finish, for the trigger's verdict against the
+baseline (a BaselineCompared Event), and for the cooldown to hold the next firing.
 
 Throughout, every agent's ``/metrics`` is scraped every ``SCRAPE_INTERVAL_S`` seconds, as
 Prometheus scrapes it; the step-duration histogram's ``_sum`` and ``_count`` of every rank are
@@ -37,7 +38,7 @@ from typing import Any
 from stepscope_agent.step_metrics import STEP_DURATION
 from stepscope_operator.agents.contract import AGENT_CONTAINER_NAME, AGENT_PORT_NAME
 from stepscope_operator.targets.kinds.pytorchjob import JOB_NAME_LABEL
-from stepscope_operator.triggers.opening import TRIGGER_LABEL
+from stepscope_operator.triggers.opening import REASON_ANNOTATION, TRIGGER_LABEL
 
 from stepscope.api.session import API_VERSION
 from stepscope.api.trigger import TriggerEventReason, TriggerReason
@@ -54,16 +55,17 @@ TRIGGER = "ddp-trigger"
 SCRIPT_CONFIG_MAP = "ddp-trainer"
 KNOB = "extra-compute-ms"
 KNOB_MOUNT = "/var/run/ddp-knobs"
-# The job steps in about 65 ms here (a 50 ms sleep stands in for data loading); 40 ms more
-# compute a step is about +60%, far outside the band this machine's noise draws.
+# The e2e trigger test's job: a 10 ms sleep a step, so that with 40 ms more compute a step
+# (four ranks' products sharing two cores) the step is mostly compute and the session's own
+# verdict names it; the step grows several times over, far outside the band. (The e2e test
+# adds 80 ms, for a wider margin under the analysis's rule of a fifth; its docstring says why.)
 EXTRA_COMPUTE_MS = 40
-TRAINER_ARGS = ("--steps", "100000", "--step-sleep", "0.05")
+TRAINER_ARGS = ("--steps", "100000", "--step-sleep", "0.01")
 SCRAPE_INTERVAL_S = 2.5
-# Samples the band holds the job for after it is warm, before the compute is added.
-HEALTHY_SAMPLES = 4
 # Four trainers load torch from the host beside their agents on two loaded cores.
 PODS_TIMEOUT_S = 420.0
 WARM_TIMEOUT_S = 240.0
+BASELINE_TIMEOUT_S = 300.0
 FIRE_TIMEOUT_S = 180.0
 SESSION_TIMEOUT_S = 600.0
 COOLDOWN_TIMEOUT_S = 90.0
@@ -90,7 +92,8 @@ TRIGGER_MANIFEST: dict[str, Any] = {
         "limits": {"cooldownSeconds": 600},
         "sessionTemplate": {
             "granularity": "ops",
-            "window": {"steps": 10, "warmupSteps": 1, "leadSeconds": 2, "timeoutSeconds": 120},
+            # 20 steps: enough blocks a side for the comparison's test to reach p < 0.01.
+            "window": {"steps": 20, "warmupSteps": 1, "leadSeconds": 2, "timeoutSeconds": 120},
         },
     },
 }
@@ -205,12 +208,35 @@ def _ready_message(cluster: Any) -> str:
     return next((c["message"] for c in conditions if c["type"] == "Ready"), "")
 
 
-def _opened(cluster: Any) -> list[dict[str, Any]]:
+def _opened(cluster: Any, fired: bool) -> list[dict[str, Any]]:
+    """The sessions the trigger opened on evidence (`fired`), or the baselines it recorded."""
     uid = _trigger(cluster)["metadata"]["uid"]
     out = cluster.kubectl(
         "get", "profilesessions", "-n", NAMESPACE, "-l", f"{TRIGGER_LABEL}={uid}", "-o", "json"
     )
-    return json.loads(out.stdout)["items"]
+    return [
+        s
+        for s in json.loads(out.stdout)["items"]
+        if (REASON_ANNOTATION in (s["metadata"].get("annotations") or {})) == fired
+    ]
+
+
+def _wait_final(cluster: Any, name: str) -> str:
+    """Wait for the session to finish; its phase."""
+    return wait_until(
+        lambda: (
+            phase
+            if (phase := (_session(cluster, name).get("status") or {}).get("phase")) in FINAL_PHASES
+            else None
+        ),
+        SESSION_TIMEOUT_S,
+        f"session {name} to finish",
+        2.0,
+    )
+
+
+def _told(cluster: Any, reason: str) -> bool:
+    return any(e["reason"] == reason for e in trigger_events(cluster))
 
 
 def trigger_events(cluster: Any) -> list[dict[str, Any]]:
@@ -223,16 +249,6 @@ def trigger_events(cluster: Any) -> list[dict[str, Any]]:
 
 def event_time(event: dict[str, Any]) -> str:
     return event.get("eventTime") or event.get("firstTimestamp") or event["lastTimestamp"]
-
-
-def _more_samples(cluster: Any, count: int) -> None:
-    seen: set[str] = set()
-
-    def enough() -> bool:
-        seen.add((_trigger(cluster).get("status") or {}).get("lastSampleTime", ""))
-        return len(seen - {""}) > count
-
-    wait_until(enough, 15.0 * count, f"{count} more samples of the trigger", 1.0)
 
 
 def machine() -> str:
@@ -265,31 +281,33 @@ def play(cluster: Any, node: Any, knob_dir: Path) -> dict[str, Any]:
         say(f"applying the ProfileTrigger {TRIGGER}")
         cluster.kubectl("apply", "-f", "-", input=json.dumps(TRIGGER_MANIFEST))
         wait_until(lambda: "in band" in _ready_message(cluster), WARM_TIMEOUT_S, "a warm band", 1.0)
-        _more_samples(cluster, HEALTHY_SAMPLES)
-        if _opened(cluster):
+        (baseline,) = wait_until(
+            lambda: _opened(cluster, fired=False), BASELINE_TIMEOUT_S, "a baseline session", 1.0
+        )
+        baseline_name = baseline["metadata"]["name"]
+        say(f"the trigger recorded the baseline {baseline_name}; waiting for it to finish")
+        if (phase := _wait_final(cluster, baseline_name)) != "Succeeded":
+            raise RuntimeError(f"the baseline {baseline_name} ended {phase}")
+        # A whole band window of samples after the baseline, so that the band the firing
+        # states is of the job unprofiled (the baseline's capture slows a few steps).
+        spec = TRIGGER_MANIFEST["spec"]
+        time.sleep(spec["rules"]["stepTimeBand"]["window"] * spec["intervalSeconds"])
+        if _opened(cluster, fired=True):
             raise RuntimeError("the trigger opened a session while the job was healthy")
         say(f"band warm ({_ready_message(cluster)}); adding {EXTRA_COMPUTE_MS} ms of compute")
         write_knob(knob_dir, EXTRA_COMPUTE_MS)
-        knob_at = time.time()
+        knob_at, load = time.time(), os.getloadavg()[0]
         (session,) = wait_until(
-            lambda: _opened(cluster), FIRE_TIMEOUT_S, "the trigger to fire", 1.0
+            lambda: _opened(cluster, fired=True), FIRE_TIMEOUT_S, "the trigger to fire", 1.0
         )
         name = session["metadata"]["name"]
         say(f"the trigger opened {name}; waiting for it to finish")
-        wait_until(
-            lambda: (_session(cluster, name).get("status") or {}).get("phase") in FINAL_PHASES,
-            SESSION_TIMEOUT_S,
-            f"session {name} to finish",
-            2.0,
-        )
-        wait_until(
-            lambda: any(
-                e["reason"] == TriggerEventReason.COOLING_DOWN for e in trigger_events(cluster)
-            ),
-            COOLDOWN_TIMEOUT_S,
-            "the cooldown to hold a firing",
-            2.0,
-        )
+        _wait_final(cluster, name)
+        for reason, what in (
+            (TriggerEventReason.BASELINE_COMPARED, "the verdict against the baseline"),
+            (TriggerEventReason.COOLING_DOWN, "the cooldown to hold a firing"),
+        ):
+            wait_until(lambda r=reason: _told(cluster, r), COOLDOWN_TIMEOUT_S, what, 2.0)
     finally:
         scraper.stop()
     events = trigger_events(cluster)
@@ -312,9 +330,14 @@ def play(cluster: Any, node: Any, knob_dir: Path) -> dict[str, Any]:
             "trigger": TRIGGER_MANIFEST,
             "job": {"kind": "PyTorchJob", "name": JOB, "ranks": 4, "args": list(TRAINER_ARGS)},
             "extraComputeMs": EXTRA_COMPUTE_MS,
+            # What else the machine ran when the compute was added, and this run's niceness,
+            # which the trainers inherit: both stretch the added products on the wall.
+            "loadAverage": round(load, 1),
+            "nice": os.nice(0),
             "knobAt": round(knob_at, 3),
             "firedAt": event_time(fired),
             "session": name,
+            "baselineSession": baseline_name,
             "scrapeIntervalSeconds": SCRAPE_INTERVAL_S,
             "scrapeFailures": len(scraper.failures),
         },

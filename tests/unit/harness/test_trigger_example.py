@@ -28,7 +28,12 @@ from stepscope_dev.trigger_example import (
     section_of,
 )
 from stepscope_dev.trigger_plot import Scrape, job_series, rank_series
-from stepscope_dev.trigger_run import METRICS_COLUMNS, TRIGGER_MANIFEST, parse_step_duration
+from stepscope_dev.trigger_run import (
+    METRICS_COLUMNS,
+    TRAINER_ARGS,
+    TRIGGER_MANIFEST,
+    parse_step_duration,
+)
 from stepscope_operator.triggers.opening import REASON_ANNOTATION
 
 from stepscope.api.trigger import ProfileTriggerSpec, TriggerEventReason, TriggerReason
@@ -59,10 +64,34 @@ def test_the_plot_is_what_the_plotting_code_draws_from_the_recorded_series() -> 
 
 
 def test_the_recording_is_of_the_current_scenario() -> None:
-    assert RECORDING.run["trigger"] == TRIGGER_MANIFEST, (
+    recorded = (RECORDING.run["trigger"], RECORDING.run["job"]["args"])
+    assert recorded == (TRIGGER_MANIFEST, list(TRAINER_ARGS)), (
         "the scenario changed since the recording: run "
         "`python -m stepscope_dev.trigger_example --record`"
     )
+
+
+def test_the_firing_was_judged_against_the_baseline_the_trigger_recorded() -> None:
+    """What the README says of the baseline: the trigger recorded it while the job was
+    healthy, the firing named it, an Event told the opened session's verdict against it, and
+    the session's own verdict names the added compute."""
+    run = RECORDING.run
+    baseline, session = run["baselineSession"], run["session"]
+    reasons = [e["reason"] for e in RECORDING.events]
+    fired = reasons.index(TriggerReason.STEP_TIME_OUT_OF_BAND)
+    [opened] = [e for e in RECORDING.events if e["reason"] == TriggerEventReason.BASELINE_OPENED]
+    assert reasons.index(TriggerEventReason.BASELINE_OPENED) < fired
+    assert f"opened ProfileSession {baseline} " in opened["message"]
+    assert f"last good session {baseline}" in RECORDING.fired_event["message"]
+    [compared] = [
+        e for e in RECORDING.events if e["reason"] == TriggerEventReason.BASELINE_COMPARED
+    ]
+    assert reasons.index(TriggerEventReason.BASELINE_COMPARED) > fired
+    assert compared["message"].startswith(f"session {session} ")
+    assert f"last good session {baseline}: " in compared["message"]
+    assert compared["message"] in RECORDING.trigger_text
+    assert re.search(rf"^ +Session Ref: +{baseline}$", RECORDING.session_text, re.MULTILINE)
+    assert re.search(r"^ +Bottleneck: +compute$", RECORDING.session_text, re.MULTILINE)
 
 
 def _served_reply() -> str:
@@ -155,9 +184,10 @@ def test_the_scraped_series_agrees_with_the_firing() -> None:
     assert statistics.median(after) == pytest.approx(band.measured_ms, rel=0.1)
     assert after[-1] > band.upper_ms
     # The added compute is what moved it: four ranks share the machine's cores, so a step
-    # may grow by more than the compute each rank added, never by much less.
+    # may grow by more than the compute each rank added, never by much less. By how much more
+    # depends on what else the machine ran (run.json's loadAverage and nice), so no upper bound.
     added = run["extraComputeMs"]
-    assert added / 2 <= statistics.median(after) - median <= 3 * added
+    assert added / 2 <= statistics.median(after) - median
 
 
 def test_a_ranks_step_time_is_the_rate_of_its_sum_over_the_rate_of_its_count() -> None:
