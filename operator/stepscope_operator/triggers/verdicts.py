@@ -11,8 +11,9 @@ A firing whose baseline was still running (lastFired.baselinePending) waits for 
 to finish as well: a session's analysis compares only with a Succeeded baseline, so when the
 opened session was analysed first its own record measured nothing, and the trigger then
 compares the two itself from their summaries once both have Succeeded, and writes that into
-the session's status.baselineComparison too, so the two never disagree. Two session reads
-per sample while such a firing waits.
+the session's status.baselineComparison too, so the two never disagree. A baseline that fails
+or is deleted instead makes the record inconclusive, saying so, in both places. Two session
+reads per sample while such a firing waits.
 """
 
 from __future__ import annotations
@@ -91,7 +92,7 @@ async def follow_verdict(
     baseline = None
     if firing.baseline_pending:
         baseline = await ctx.kube.get_session(namespace, firing.baseline_session)
-        if baseline is not None and not is_final((baseline.get("status") or {}).get("phase")):
+        if baseline is not None and not is_final(_phase(baseline)):
             return firing
     opened = await ctx.kube.get_session(namespace, firing.session)
     status = (opened or {}).get("status") or {}
@@ -103,6 +104,20 @@ async def follow_verdict(
         await ctx.kube.patch_session_status(
             namespace, firing.session, {"baselineComparison": record.to_wire()}
         )
+    elif firing.baseline_pending and _phase(baseline) != "Succeeded" and _measured_nothing(status):
+        # The baseline failed (or was deleted) after the firing: the session's own record,
+        # made while the baseline ran, would say it is still running.
+        if opened is not None and not is_final(status.get("phase")):
+            return firing
+        ended = "was deleted" if baseline is None else f"ended {_phase(baseline)}"
+        why = f"the job's baseline {firing.baseline_session} {ended} before the comparison"
+        record = status_record(
+            inconclusive(why, BASELINE_THRESHOLD_PCT, firing.session, [firing.baseline_session])
+        )
+        if opened is not None:
+            await ctx.kube.patch_session_status(
+                namespace, firing.session, {"baselineComparison": record.to_wire()}
+            )
     elif "baselineComparison" in status:
         record = BaselineComparison.model_validate(status["baselineComparison"])
     elif opened is None or is_final(status.get("phase")):
@@ -126,7 +141,13 @@ def _compare_again(status: dict[str, Any], baseline: dict[str, Any] | None) -> b
     """Whether the opened session's own comparison (`status`) is to be made again: its
     baseline, which was running when the trigger fired, has Succeeded since, and the session
     has no comparison or one that measured nothing (made while the baseline ran)."""
-    if ((baseline or {}).get("status") or {}).get("phase") != "Succeeded":
-        return False
+    return _phase(baseline) == "Succeeded" and _measured_nothing(status)
+
+
+def _measured_nothing(status: dict[str, Any]) -> bool:
     record = status.get("baselineComparison")
     return record is None or record.get("stepTimeDeltaPct") is None
+
+
+def _phase(session: dict[str, Any] | None) -> str | None:
+    return ((session or {}).get("status") or {}).get("phase")

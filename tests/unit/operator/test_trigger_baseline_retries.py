@@ -211,3 +211,37 @@ def test_a_pending_baseline_measured_in_time_is_copied_and_not_compared_again(mo
     judged = asyncio.run(follow_verdict(Context(kube), TRIGGER, PENDING))  # type: ignore[arg-type]
     assert judged.baseline_comparison is not None
     assert judged.baseline_comparison.step_time_delta_pct == 75.0 and kube.patched == []
+
+
+def test_a_pending_baseline_that_fails_makes_both_records_say_so(monkeypatch):
+    async def never(ctx, session, base):
+        raise AssertionError("compared with a failed baseline")
+
+    monkeypatch.setattr(verdicts, "compare_sessions", never)
+    base = baseline("llama-baseline-20261206", "Failed")
+    stale = {
+        "session": "llama-baseline-20261206",
+        "verdict": "inconclusive",
+        "reason": "baseline session llama-baseline-20261206 is Analyzing; only a Succeeded "
+        "session is a baseline",
+    }
+    opened = {
+        "metadata": {"name": "llama-slow-1"},
+        "status": {"phase": "Analyzing", "baselineComparison": stale},
+    }
+    kube = Kube({"llama-baseline-20261206": base, "llama-slow-1": opened})
+
+    def follow() -> TriggerFiring:
+        return asyncio.run(follow_verdict(Context(kube), TRIGGER, PENDING))  # type: ignore[arg-type]
+
+    # The opened session's own analysis may still write its record: wait for its end.
+    assert follow() == PENDING and kube.events == [] and kube.patched == []
+    opened["status"]["phase"] = "Succeeded"
+    record = follow().baseline_comparison
+    assert record is not None and record.verdict == "inconclusive"
+    assert record.reason == (
+        "the job's baseline llama-baseline-20261206 ended Failed before the comparison"
+    )
+    assert kube.patched == [("llama-slow-1", {"baselineComparison": record.to_wire()})]
+    assert [name for name, _ in kube.events] == ["watch", "llama-slow-1"]
+    assert all("ended Failed before the comparison" in message for _, message in kube.events)
