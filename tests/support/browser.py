@@ -21,8 +21,10 @@ import itertools
 import json
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -175,13 +177,8 @@ class Browser:
                 self._loop.run_until_complete(self._reader)
         if self._http is not None:
             self._loop.run_until_complete(self._http.close())
-        if self._process is not None and self._process.poll() is None:
-            self._process.terminate()
-            try:
-                self._process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait()
+        if self._process is not None:
+            _stop_group(self._process)
         self._loop.close()
         self._profile.cleanup()
 
@@ -205,7 +202,11 @@ class Browser:
         ]
         log = profile / "chromium.log"
         with log.open("wb") as out:
-            self._process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+            # Its own process group: Chromium's helpers (renderer, crashpad) outlive the main
+            # process by a moment and keep writing into the profile; close() ends them all.
+            self._process = subprocess.Popen(
+                command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
         endpoint = await self._endpoint(profile / "DevToolsActivePort", log)
         self._http = aiohttp.ClientSession()
         self._socket = await self._http.ws_connect(endpoint, max_msg_size=0)
@@ -255,3 +256,23 @@ class Browser:
         for waiting in self._waiting.values():
             if not waiting.done():
                 waiting.set_exception(BrowserError("chromium closed its DevTools connection"))
+
+
+def _stop_group(process: subprocess.Popen, timeout_s: float = 10.0) -> None:
+    """End Chromium's process group (the group its main process leads) and wait until no
+    member is left, so that the profile can be removed: SIGTERM, then SIGKILL past
+    ``timeout_s``."""
+    group = process.pid
+    for sig, wait_s in ((signal.SIGTERM, timeout_s), (signal.SIGKILL, timeout_s)):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(group, sig)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=wait_s)
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(group, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.05)
+    raise RuntimeError(f"Chromium's process group {group} did not end after SIGKILL")
