@@ -62,8 +62,11 @@ def _trigger(namespace: str, job: str, hang_floor_seconds: int, baselines: bool 
             "recordBaselines": baselines,
             "sessionTemplate": {
                 "granularity": "ops",
-                # 20 steps: enough blocks a side for the comparison's test to reach p < 0.01.
-                "window": {"steps": 20, "warmupSteps": 1, "leadSeconds": 2, "timeoutSeconds": 90},
+                # 60 steps: the comparison cuts each session into blocks as long as its step
+                # times stay correlated (up to a quarter of the window), and it needs five
+                # blocks a side to reach p < 0.01. On a loaded machine 20 steps made blocks of
+                # 5, four a side (p >= 0.029 at best: inconclusive); 60 allow blocks up to 12.
+                "window": {"steps": 60, "warmupSteps": 1, "leadSeconds": 2, "timeoutSeconds": 90},
             },
         },
     }
