@@ -17,8 +17,8 @@ $(VENV_STAMP): pyproject.toml dev/pyproject.toml
 	# uv, not pip: it links torch's multi-GB wheels out of its cache (~/.cache/uv) in seconds
 	# where pip unpacks them again for every clone (minutes), and it resolves boto3 +
 	# kubernetes at once where pip 23.2 backtracks for many minutes. Bytecode is compiled
-	# here, as pip did: the node's pods mount this venv read-only, and without .pyc files
-	# every trainer and agent process compiled torch's modules again at each start.
+	# here, as pip did: the node's trainer pods mount this venv read-only, and without .pyc
+	# files every trainer process compiled torch's modules again at each start.
 	$(PY) -m pip install --quiet "uv==$(UV_VERSION)"
 	$(PY) -m uv pip install --quiet --compile-bytecode --python $(PY) -e '.[operator,agent,dev]' -e ./dev
 	touch $(VENV_STAMP)
