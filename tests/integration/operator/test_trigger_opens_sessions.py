@@ -171,12 +171,18 @@ def test_a_slowdown_and_a_stop_open_sessions_within_the_cooldown(
     assert len(fired) == 1 and name in fired[0]["message"], fired
     assert "against the median, above its band" in fired[0]["message"]
     assert "no baseline to compare with: the job has no earlier session" in fired[0]["message"]
-    told = [
-        e
-        for e in session_events(local_cluster, namespace, name)
-        if e["reason"] == "StepTimeOutOfBand"
-    ]
-    assert told and f"opened by ProfileTrigger {NAME}" in told[0]["message"]
+    # The session's copy of the Event is posted once the session exists: waited for, since a
+    # read right after the session appears can come first.
+    told = wait_until(
+        lambda: [
+            e
+            for e in session_events(local_cluster, namespace, name)
+            if e["reason"] == "StepTimeOutOfBand"
+        ],
+        30,
+        "the firing told on the session",
+    )
+    assert f"opened by ProfileTrigger {NAME}" in told[0]["message"]
     status = get_trigger(local_cluster, namespace)["status"]
     assert status["lastFired"]["session"] == name
     assert status["lastFired"]["reason"] == "StepTimeOutOfBand"
