@@ -145,6 +145,25 @@ PENDING = TriggerFiring(
     baseline_pending=True,
 )
 TRIGGER = {"metadata": {"name": "watch", "namespace": "team", "uid": "u-1"}}
+# The opened session's own record when it was analysed while the baseline ran: it measured
+# nothing.
+UNMEASURED = {
+    "session": "llama-baseline-20261206",
+    "verdict": "inconclusive",
+    "reason": "baseline session llama-baseline-20261206 is Analyzing; only a Succeeded "
+    "session is a baseline",
+}
+
+
+def _opened(phase: str, record: dict) -> dict:
+    return {
+        "metadata": {"name": "llama-slow-1"},
+        "status": {"phase": phase, "baselineComparison": record},
+    }
+
+
+def _follow(kube: Kube) -> TriggerFiring:
+    return asyncio.run(follow_verdict(Context(kube), TRIGGER, PENDING))  # type: ignore[arg-type]
 
 
 def test_a_pending_baseline_is_waited_for_and_the_comparison_made_once_both_succeeded(
@@ -165,24 +184,12 @@ def test_a_pending_baseline_is_waited_for_and_the_comparison_made_once_both_succ
     monkeypatch.setattr(verdicts, "compare_sessions", compare)
     base = baseline("llama-baseline-20261206", "Analyzing")
     # The opened session was analysed first: its own comparison measured nothing.
-    unmeasured = {
-        "session": "llama-baseline-20261206",
-        "verdict": "inconclusive",
-        "reason": "baseline session llama-baseline-20261206 is Analyzing; only a Succeeded "
-        "session is a baseline",
-    }
-    opened = {
-        "metadata": {"name": "llama-slow-1"},
-        "status": {"phase": "Succeeded", "baselineComparison": unmeasured},
-    }
+    opened = _opened("Succeeded", dict(UNMEASURED))
     kube = Kube({"llama-baseline-20261206": base, "llama-slow-1": opened})
 
-    def follow() -> TriggerFiring:
-        return asyncio.run(follow_verdict(Context(kube), TRIGGER, PENDING))  # type: ignore[arg-type]
-
-    assert follow() == PENDING and kube.events == [] and compared == []
+    assert _follow(kube) == PENDING and kube.events == [] and compared == []
     base["status"]["phase"] = "Succeeded"
-    judged = follow()
+    judged = _follow(kube)
     assert compared == [("llama-slow-1", "llama-baseline-20261206")]
     record = judged.baseline_comparison
     assert record is not None and record.verdict == "regression"
@@ -202,13 +209,10 @@ def test_a_pending_baseline_measured_in_time_is_copied_and_not_compared_again(mo
     kube = Kube(
         {
             "llama-baseline-20261206": baseline("llama-baseline-20261206", "Succeeded", NOW),
-            "llama-slow-1": {
-                "metadata": {"name": "llama-slow-1"},
-                "status": {"phase": "Analyzing", "baselineComparison": measured},
-            },
+            "llama-slow-1": _opened("Analyzing", measured),
         }
     )
-    judged = asyncio.run(follow_verdict(Context(kube), TRIGGER, PENDING))  # type: ignore[arg-type]
+    judged = _follow(kube)
     assert judged.baseline_comparison is not None
     assert judged.baseline_comparison.step_time_delta_pct == 75.0 and kube.patched == []
 
@@ -219,25 +223,13 @@ def test_a_pending_baseline_that_fails_makes_both_records_say_so(monkeypatch):
 
     monkeypatch.setattr(verdicts, "compare_sessions", never)
     base = baseline("llama-baseline-20261206", "Failed")
-    stale = {
-        "session": "llama-baseline-20261206",
-        "verdict": "inconclusive",
-        "reason": "baseline session llama-baseline-20261206 is Analyzing; only a Succeeded "
-        "session is a baseline",
-    }
-    opened = {
-        "metadata": {"name": "llama-slow-1"},
-        "status": {"phase": "Analyzing", "baselineComparison": stale},
-    }
+    opened = _opened("Analyzing", dict(UNMEASURED))
     kube = Kube({"llama-baseline-20261206": base, "llama-slow-1": opened})
 
-    def follow() -> TriggerFiring:
-        return asyncio.run(follow_verdict(Context(kube), TRIGGER, PENDING))  # type: ignore[arg-type]
-
     # The opened session's own analysis may still write its record: wait for its end.
-    assert follow() == PENDING and kube.events == [] and kube.patched == []
+    assert _follow(kube) == PENDING and kube.events == [] and kube.patched == []
     opened["status"]["phase"] = "Succeeded"
-    record = follow().baseline_comparison
+    record = _follow(kube).baseline_comparison
     assert record is not None and record.verdict == "inconclusive"
     assert record.reason == (
         "the job's baseline llama-baseline-20261206 ended Failed before the comparison"
