@@ -19,8 +19,6 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable, Sequence
 
-from scipy import stats
-
 from stepscope.analysis.comparing.step_comparison import (
     MIN_BASELINE_SESSIONS,
     Cause,
@@ -31,6 +29,10 @@ from stepscope.analysis.comparing.step_comparison import (
 )
 from stepscope.analysis.model.job_summary import JobSummary
 from stepscope.analysis.model.rank_summary import TOP_N, Breakdown, OpStat, RankSummary
+
+# scipy.stats is imported in the functions that use it: the import takes about half a second of
+# CPU, and the operator imports this module at start for its models, comparing only when a
+# session ends.
 
 MIN_CAUSE_PCT = 1.0
 MAX_CAUSES = 5
@@ -108,6 +110,8 @@ def _category_p(after: JobSummary, before: Sequence[JobSummary], category: str) 
     reference = [v for job in before for v in _category_steps(job, category)]
     if len(current) < 2 or len(reference) < 2 or len(set(current + reference)) < 2:
         return None
+    from scipy import stats
+
     return round(float(stats.mannwhitneyu(current, reference).pvalue), 6)
 
 

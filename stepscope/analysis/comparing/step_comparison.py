@@ -44,9 +44,12 @@ from dataclasses import dataclass
 
 import numpy as np
 from pydantic import BaseModel, Field
-from scipy import stats
 
 from stepscope.analysis.model.job_summary import JobSummary
+
+# scipy.stats is imported in the functions that use it: the import takes about half a second of
+# CPU, and the operator imports this module at start for its models, comparing only when a
+# session ends.
 
 ALPHA = 0.01
 CONFIDENCE = 0.95
@@ -163,6 +166,8 @@ def noise_band_pct(session_medians: Sequence[float]) -> float:
     if len(logs) < 2:
         return 0.0
     k = len(logs)
+    from scipy import stats
+
     half = stats.t.ppf(0.975, k - 1) * float(np.std(logs, ddof=1)) * math.sqrt(1 + 1 / k)
     return (math.exp(half) - 1) * 100.0
 
@@ -218,6 +223,8 @@ def compare_sessions(
         )
         return inconclusive(reason, threshold_pct, current.name, names)
     delta = float(_median_change_pct(current_blocks, baseline_blocks))
+    from scipy import stats
+
     p_value = float(stats.mannwhitneyu(current_blocks, baseline_blocks).pvalue)
     low, high = _bootstrap_interval(current_blocks, baseline_blocks, delta)
     medians = [float(np.median(b.steps_ms)) for b in baseline]
@@ -248,6 +255,8 @@ def smallest_p_value(current_blocks: int, baseline_blocks: int) -> float:
     overlap at all (the same method scipy picks for the real ones)."""
     below = np.arange(current_blocks, dtype=float)
     above = np.arange(current_blocks, current_blocks + baseline_blocks, dtype=float)
+    from scipy import stats
+
     return float(stats.mannwhitneyu(below, above).pvalue)
 
 
@@ -257,6 +266,8 @@ def _bootstrap_interval(
     if np.ptp(current) == 0 and np.ptp(baseline) == 0:
         # Every block the same on both sides: there is nothing to resample.
         return delta, delta
+    from scipy import stats
+
     result = stats.bootstrap(
         (current, baseline),
         _median_change_pct,
