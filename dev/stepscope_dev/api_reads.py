@@ -27,6 +27,7 @@ API_PREFIXES = {
     "pods": "/api/v1",
     "events": "/api/v1",
     "configmaps": "/api/v1",
+    "serviceaccounts": "/api/v1",
     "profilesessions": "/apis/stepscope.dev/v1alpha1",
     "profileschedules": "/apis/stepscope.dev/v1alpha1",
     "profiletriggers": "/apis/stepscope.dev/v1alpha1",

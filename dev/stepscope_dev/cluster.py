@@ -112,6 +112,13 @@ class LocalCluster:
 
         return api_reader(self.kubeconfig).get(path, **query)
 
+    def has_default_service_account(self, namespace: str) -> bool:
+        """Whether ``namespace``'s default ServiceAccount exists: admission refuses pods until
+        the controller manager makes it, shortly after the namespace."""
+        from stepscope_dev.api_reads import object_path
+
+        return self.get_json(object_path("serviceaccounts", namespace, "default")) is not None
+
     def s3_client(self, *, secret_key: str | None = None):
         import boto3
         from botocore.config import Config

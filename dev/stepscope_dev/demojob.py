@@ -83,10 +83,7 @@ def submit_demo_job(
         cluster.kubectl("create", "namespace", namespace)
     deadline = time.monotonic() + NAMESPACE_READY_TIMEOUT_S
     # Pods are refused until the namespace's default ServiceAccount exists.
-    while (
-        cluster.kubectl("get", "serviceaccount", "default", "-n", namespace, check=False).returncode
-        != 0
-    ):
+    while not cluster.has_default_service_account(namespace):
         if time.monotonic() > deadline:
             raise TimeoutError(
                 f"no default ServiceAccount in {namespace} after "

@@ -43,6 +43,7 @@ from stepscope_operator.triggers.opening import REASON_ANNOTATION, TRIGGER_LABEL
 from stepscope.api.session import API_VERSION
 from stepscope.api.trigger import TriggerEventReason, TriggerReason
 from stepscope_dev import build
+from stepscope_dev.api_reads import object_path
 from stepscope_dev.cluster import start_cluster, stop_cluster
 from stepscope_dev.demojob import demo_job_manifest, job_pods_running
 from stepscope_dev.waiting import wait_until
@@ -199,8 +200,10 @@ def metrics_targets(cluster: Any) -> dict[str, str]:
 
 
 def _trigger(cluster: Any) -> dict[str, Any]:
-    out = cluster.kubectl("get", "profiletrigger", TRIGGER, "-n", NAMESPACE, "-o", "json")
-    return json.loads(out.stdout)
+    trigger = cluster.get_json(object_path("profiletriggers", NAMESPACE, TRIGGER))
+    if trigger is None:
+        raise RuntimeError(f"ProfileTrigger {NAMESPACE}/{TRIGGER} is gone")
+    return trigger
 
 
 def _ready_message(cluster: Any) -> str:

@@ -87,10 +87,7 @@ def _create_namespace(platform: E2EPlatform, *, agent_config_map: bool) -> str:
     # Pods (the analysis Job's included) name the default ServiceAccount, which admission
     # requires to exist; the controller manager makes it shortly after the namespace.
     wait_until(
-        lambda: (
-            cluster.kubectl("get", "serviceaccount", "default", "-n", name, check=False).returncode
-            == 0
-        ),
+        lambda: cluster.has_default_service_account(name),
         60,
         f"ServiceAccount {name}/default",
     )

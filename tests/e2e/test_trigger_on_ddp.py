@@ -30,6 +30,7 @@ import json
 
 import pytest
 from e2e_helpers import apply, pytorchjob, running_pods
+from stepscope_dev.api_reads import object_path
 from stepscope_operator.triggers.opening import (
     BASELINE_FOR_ANNOTATION,
     REASON_ANNOTATION,
@@ -72,20 +73,22 @@ def _trigger(namespace: str, job: str, hang_floor_seconds: int, baselines: bool 
     }
 
 
+def _trigger_object(cluster, namespace: str) -> dict:
+    trigger = cluster.get_json(object_path("profiletriggers", namespace, NAME))
+    assert trigger is not None, f"ProfileTrigger {namespace}/{NAME} is gone"
+    return trigger
+
+
 def _opened(cluster, namespace: str) -> list[dict]:
-    trigger = json.loads(
-        cluster.kubectl("get", "profiletrigger", NAME, "-n", namespace, "-o", "json").stdout
+    uid = _trigger_object(cluster, namespace)["metadata"]["uid"]
+    listed = cluster.get_json(
+        object_path("profilesessions", namespace), labelSelector=f"{TRIGGER_LABEL}={uid}"
     )
-    uid = trigger["metadata"]["uid"]
-    out = cluster.kubectl(
-        "get", "profilesessions", "-n", namespace, "-l", f"{TRIGGER_LABEL}={uid}", "-o", "json"
-    )
-    return json.loads(out.stdout)["items"]
+    return listed["items"]
 
 
 def _ready_message(cluster, namespace: str) -> str:
-    out = cluster.kubectl("get", "profiletrigger", NAME, "-n", namespace, "-o", "json")
-    conditions = (json.loads(out.stdout).get("status") or {}).get("conditions") or []
+    conditions = (_trigger_object(cluster, namespace).get("status") or {}).get("conditions") or []
     return next((c["message"] for c in conditions if c["type"] == "Ready"), "")
 
 
@@ -99,8 +102,7 @@ def _fired(cluster, namespace: str) -> list[dict]:
 
 
 def _last_fired(cluster, namespace: str) -> dict:
-    out = cluster.kubectl("get", "profiletrigger", NAME, "-n", namespace, "-o", "json")
-    return (json.loads(out.stdout).get("status") or {}).get("lastFired") or {}
+    return (_trigger_object(cluster, namespace).get("status") or {}).get("lastFired") or {}
 
 
 def _reasons(cluster, namespace: str) -> list[str]:

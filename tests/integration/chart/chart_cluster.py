@@ -56,10 +56,7 @@ def ensure_namespace(cluster, name: str, labels: dict[str, str] | None = None) -
     # The ServiceAccount admission plugin refuses pods until the namespace's default account
     # exists; the controller manager creates it shortly after the namespace.
     wait_until(
-        lambda: (
-            cluster.kubectl("-n", name, "get", "serviceaccount", "default", check=False).returncode
-            == 0
-        ),
+        lambda: cluster.has_default_service_account(name),
         30,
         f"the default ServiceAccount in {name}",
         interval=0.3,

@@ -48,12 +48,7 @@ def namespace(local_cluster, pod_runner):
     name = f"harness-{uuid.uuid4().hex[:8]}"
     local_cluster.kubectl("create", "namespace", name)
     wait_until(
-        lambda: (
-            local_cluster.kubectl(
-                "get", "serviceaccount", "default", "-n", name, check=False
-            ).returncode
-            == 0
-        ),
+        lambda: local_cluster.has_default_service_account(name),
         timeout=60,
         what=f"ServiceAccount {name}/default",
     )

@@ -50,12 +50,7 @@ def test_rbac_denies_a_service_account_without_grants(local_cluster):
 def test_controller_manager_creates_accounts_and_tokens(local_cluster):
     local_cluster.kubectl("create", "namespace", "token-probe")
     wait_until(
-        lambda: (
-            local_cluster.kubectl(
-                "get", "serviceaccount", "default", "-n", "token-probe", check=False
-            ).returncode
-            == 0
-        ),
+        lambda: local_cluster.has_default_service_account("token-probe"),
         60,
         what="the default ServiceAccount (serviceaccount controller)",
     )

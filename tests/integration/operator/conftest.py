@@ -85,12 +85,7 @@ def analysis_session(local_cluster, session_crds, namespace, pod_runner):
         "get", "profilesession", name, "-n", namespace, "-o", "jsonpath={.metadata.uid}"
     ).stdout.strip()
     wait_until(
-        lambda: (
-            local_cluster.kubectl(
-                "get", "serviceaccount", "default", "-n", namespace, check=False
-            ).returncode
-            == 0
-        ),
+        lambda: local_cluster.has_default_service_account(namespace),
         60,
         f"ServiceAccount {namespace}/default",
     )

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from stepscope_dev.api_reads import object_path
 from stepscope_operator.triggers.opening import (
     BASELINE_FOR_ANNOTATION,
     REASON_ANNOTATION,
@@ -87,8 +88,9 @@ def trigger_manifest(namespace: str) -> dict:
 
 
 def get_trigger(local_cluster, namespace: str) -> dict:
-    out = local_cluster.kubectl("get", "profiletrigger", NAME, "-n", namespace, "-o", "json")
-    return json.loads(out.stdout)
+    trigger = local_cluster.get_json(object_path("profiletriggers", namespace, NAME))
+    assert trigger is not None, f"ProfileTrigger {namespace}/{NAME} is gone"
+    return trigger
 
 
 def trigger_events(local_cluster, namespace: str) -> list[dict]:
@@ -375,10 +377,10 @@ def test_a_namespace_past_its_triggers_waits_with_the_reason(
         local_cluster.kubectl("apply", "-f", "-", input=json.dumps(manifest))
 
     def ready_reasons() -> dict[str, str]:
-        out = local_cluster.kubectl("get", "profiletriggers", "-n", namespace, "-o", "json")
+        listed = local_cluster.get_json(object_path("profiletriggers", namespace))
         return {
             t["metadata"]["name"]: c["reason"]
-            for t in json.loads(out.stdout)["items"]
+            for t in listed["items"]
             for c in (t.get("status") or {}).get("conditions") or []
             if c["type"] == "Ready"
         }

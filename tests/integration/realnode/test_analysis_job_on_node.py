@@ -78,10 +78,7 @@ def node_namespace(real_node_cluster, node_crds):
     cluster.kubectl("create", "namespace", name)
     # The Job controller's pods name the default ServiceAccount, which admission requires.
     wait_until(
-        lambda: (
-            cluster.kubectl("get", "serviceaccount", "default", "-n", name, check=False).returncode
-            == 0
-        ),
+        lambda: cluster.has_default_service_account(name),
         60,
         f"ServiceAccount {name}/default",
     )
