@@ -4,7 +4,11 @@ and then it re-plans further ahead. Whether they do depends on the machine's tim
 test asks only that the session succeeds over a window that status and plan.json agree on,
 with every re-plan recorded; that a missed start is re-planned is shown deterministically
 against the real operator and sidecars in
-tests/integration/operator/test_missed_start_replanned.py."""
+tests/integration/operator/test_missed_start_replanned.py.
+
+Two ranks sleeping 10 ms a step (12 ms steps on a quiet two-core machine, outside a pod): four
+ranks that never slept stepped every 6 ms there, but kept both cores busy for the whole test,
+which the rest of the suite shares."""
 
 from __future__ import annotations
 
@@ -43,11 +47,11 @@ def test_a_window_with_no_lead_on_fast_steps_succeeds(e2e_platform, namespace, t
             e2e_platform,
             namespace,
             "fast",
-            workers=3,
-            args=["--steps", "200000", "--step-sleep", "0"],
+            workers=1,
+            args=["--steps", "200000", "--step-sleep", "0.01"],
         ),
     )
-    wait_until(running_pods(cluster, namespace, "fast"), 180, "4 running pods")
+    wait_until(running_pods(cluster, namespace, "fast"), 180, "2 running pods")
     apply(cluster, profile_session(namespace, "fast-profile", "fast", leadSeconds=0))
     wait_until(
         lambda: (
@@ -64,7 +68,7 @@ def test_a_window_with_no_lead_on_fast_steps_succeeds(e2e_platform, namespace, t
     print(*(f"{e['reason']}: {e['message']}" for e in events), sep="\n")
     assert all("before their agents were armed" in e["message"] for e in replans), replans
     assert status["phase"] == "Succeeded", json.dumps(status, indent=1)
-    assert status["ranks"]["captured"] == 4
+    assert status["ranks"]["captured"] == 2
 
     # The re-planned window is what status and plan.json hold, so a restart resumes it.
     s3 = cluster.s3_client()
