@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import secrets
 import socket
+import tempfile
 import time
 from pathlib import Path
 
@@ -12,6 +14,11 @@ EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 DEFAULT_EPHEMERAL_LOW = 32768
 LOWEST_PORT = 10000
 PICKS = 200
+# A picked port is kept from every other pick on this machine for at least this long: its
+# server binds it later, in another process (torchrun, after importing torch on a loaded
+# machine, took seconds), and a free port is only free until then.
+CLAIM_SECONDS = 120
+CLAIMS_DIR = Path(tempfile.gettempdir()) / "stepscope-port-claims"
 
 
 def listening_ports() -> range:
@@ -37,19 +44,51 @@ def _free(port: int) -> bool:
         return True
 
 
+def _claimed(port: int) -> bool:
+    """Claim ``port`` for this caller; False where another pick claimed it recently.
+
+    A claim is a file named after its time slot of CLAIM_SECONDS and the port, created with
+    O_EXCL, so of two picks of one port in one slot only one wins; the previous slot's claims
+    still count, so each claim holds for at least CLAIM_SECONDS. Older slots are removed as
+    picks go by. Claims are files because the pickers are many processes (the test workers,
+    the pod runners, the demo), none of which sees the others' memory."""
+    slot = int(time.time() // CLAIM_SECONDS)
+    CLAIMS_DIR.mkdir(parents=True, exist_ok=True)
+    if (CLAIMS_DIR / f"{slot - 1}-{port}").exists():
+        return False
+    try:
+        os.close(os.open(CLAIMS_DIR / f"{slot}-{port}", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    return True
+
+
+def _forget_old_claims() -> None:
+    slot = int(time.time() // CLAIM_SECONDS)
+    for claim in CLAIMS_DIR.glob("*-*"):
+        try:
+            if int(claim.name.split("-", 1)[0]) < slot - 1:
+                claim.unlink(missing_ok=True)
+        except ValueError:
+            continue
+
+
 def free_port() -> int:
-    """A TCP port below the ephemeral range that is free on every local address right now.
+    """A TCP port below the ephemeral range that is free on every local address right now and
+    that no other pick on this machine has claimed in the last CLAIM_SECONDS.
 
     Picked at random, so the tests' workers (each picking for its own servers) do not walk the
     same sequence. The probe binds the wildcard address because some listeners (torch's
     TCPStore) bind every interface and each pod has its own 127.0.0.x address: a port free only
     on 127.0.0.1 could still be taken on another. The probe never listens, so nothing is served
-    beyond loopback.
+    beyond loopback. The claim covers the time between the pick and the bind: a full run once
+    failed with torchrun's store "address already in use" on a port picked seconds before.
     """
     ports = listening_ports()
+    _forget_old_claims()
     for _ in range(PICKS):
         port = ports[secrets.randbelow(len(ports))]
-        if _free(port):
+        if _free(port) and _claimed(port):
             return port
     raise RuntimeError(
         f"no free TCP port in {ports.start}-{ports.stop - 1} after {PICKS} random picks"
