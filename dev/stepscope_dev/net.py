@@ -44,16 +44,14 @@ def _free(port: int) -> bool:
         return True
 
 
-def _claimed(port: int) -> bool:
-    """Claim ``port`` for this caller; False where another pick claimed it recently.
+def _claimed(port: int, slot: int) -> bool:
+    """Claim ``port`` in time slot ``slot``; False where another pick claimed it recently.
 
     A claim is a file named after its time slot of CLAIM_SECONDS and the port, created with
     O_EXCL, so of two picks of one port in one slot only one wins; the previous slot's claims
     still count, so each claim holds for at least CLAIM_SECONDS. Older slots are removed as
     picks go by. Claims are files because the pickers are many processes (the test workers,
     the pod runners, the demo), none of which sees the others' memory."""
-    slot = int(time.time() // CLAIM_SECONDS)
-    CLAIMS_DIR.mkdir(parents=True, exist_ok=True)
     if (CLAIMS_DIR / f"{slot - 1}-{port}").exists():
         return False
     try:
@@ -63,8 +61,7 @@ def _claimed(port: int) -> bool:
     return True
 
 
-def _forget_old_claims() -> None:
-    slot = int(time.time() // CLAIM_SECONDS)
+def _forget_old_claims(slot: int) -> None:
     for claim in CLAIMS_DIR.glob("*-*"):
         try:
             if int(claim.name.split("-", 1)[0]) < slot - 1:
@@ -85,10 +82,12 @@ def free_port() -> int:
     failed with torchrun's store "address already in use" on a port picked seconds before.
     """
     ports = listening_ports()
-    _forget_old_claims()
+    slot = int(time.time() // CLAIM_SECONDS)
+    CLAIMS_DIR.mkdir(parents=True, exist_ok=True)
+    _forget_old_claims(slot)
     for _ in range(PICKS):
         port = ports[secrets.randbelow(len(ports))]
-        if _free(port) and _claimed(port):
+        if _free(port) and _claimed(port, slot):
             return port
     raise RuntimeError(
         f"no free TCP port in {ports.start}-{ports.stop - 1} after {PICKS} random picks"

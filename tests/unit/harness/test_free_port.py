@@ -12,8 +12,8 @@ from stepscope_dev import net
 
 @pytest.fixture(autouse=True)
 def claims(tmp_path, monkeypatch):
+    """Each test's picks claim in a folder of its own, apart from every other pick here."""
     monkeypatch.setattr(net, "CLAIMS_DIR", tmp_path / "claims")
-    return tmp_path / "claims"
 
 
 def _unclaimed_free_ports(count: int) -> list[int]:
