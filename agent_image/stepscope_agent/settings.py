@@ -26,7 +26,8 @@ RECONNECT_MIN_S = 0.5
 RECONNECT_MAX_S = 5.0
 # Recent steps kept for the step-time median and the status endpoint.
 RING_CAPACITY = 256
-# Steps used for the "recent median" the operator plans with.
+# Steps used for the "recent median" the operator plans and judges with; its copy is
+# stepscope.api.agent.RECENT_STEPS (this module imports nothing else, see above).
 RECENT_STEPS = 20
 # At interpreter exit, how long the trainer waits for events still queued for a connected
 # sidecar (only when there are any), so a window that ended just before training did is

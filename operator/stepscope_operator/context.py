@@ -29,6 +29,10 @@ class SessionTurns(Protocol):
         """The session parks again (it waits for its pods) and holds no slot."""
         ...
 
+    def target_held(self, namespace: str, target: tuple[str, str]) -> bool:
+        """Whether a session in `namespace` holds the job `target` now (it is profiling it)."""
+        ...
+
 
 @dataclass
 class OperatorContext:

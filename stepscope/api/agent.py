@@ -106,6 +106,10 @@ ARTIFACTS = ("trace", "counters", "steps", "summary")
 # (one gloo rank per core group) room. Every per-rank list in a reply or request is bounded
 # by it, so a reply's size in objects follows from the pod, not from the agent's word.
 MAX_RANKS_PER_POD = 64
+# A rank's step_time_ms and data_wait_ms are medians over this many of its newest steps. The
+# agent keeps its own copy (stepscope_agent.settings imports nothing but os, as it loads in
+# every trainer); tests/unit/agent checks that the two agree.
+RECENT_STEPS = 20
 # Namespaces are DNS labels (63 characters); pods and nodes DNS subdomains (253).
 NAMESPACE_MAX_LENGTH = 63
 # torch and agent versions are PEP 440 strings or a git describe: tens of characters.
@@ -224,9 +228,13 @@ class RankStatus(WireModel):
     global_step: int | None = Field(
         default=None, description="The step now running (steps completed so far, counted from 0)."
     )
-    step_time_ms: float | None = Field(default=None, description="Median of recent step times.")
+    step_time_ms: float | None = Field(
+        default=None, description=f"Median of the last {RECENT_STEPS} step times."
+    )
     data_wait_ms: float | None = Field(
-        default=None, description="Median of recent time spent waiting on the DataLoader per step."
+        default=None,
+        description=f"Median of the time spent waiting on the DataLoader in the last "
+        f"{RECENT_STEPS} steps.",
     )
     last_step_at: float | None = Field(
         default=None, description="Agent clock (unix seconds) when the last step ended."

@@ -41,8 +41,9 @@ from stepscope.api.verdict import BaselineComparison
 # at the shortest interval is about two pod lists a second, a load a shared API server
 # carries without notice. More jobs want a second trigger, which is counted the same way.
 MAX_WATCHED_JOBS = 20
-# Each agent's step time is the median of its last 20 steps, so a sample every few seconds
-# already sees a fresh median on a job of sub-second steps; faster would only cost calls.
+# Each agent's step time is the median of its last 20 steps (agent.RECENT_STEPS), so a sample
+# every few seconds already sees a fresh median on a job of sub-second steps; faster would only
+# cost calls.
 MIN_INTERVAL_SECONDS = 5
 MAX_INTERVAL_SECONDS = 3600
 DEFAULT_INTERVAL_SECONDS = 30

@@ -8,6 +8,9 @@ sessions wait, and anew after every slot taken or given back. A session that tak
 claimed here in the same step, with no await in between: its status write reaches the index a
 moment later, and until then the claim counts it active, so two sessions never take one slot.
 A claim ends when the index shows the session active, finished or gone, or when it parks again.
+
+The same index says which jobs a session profiles now (`target_held`), for the triggers: a
+sample of such a job measures the session's overhead too (triggers/holding.py).
 """
 
 from __future__ import annotations
@@ -52,6 +55,24 @@ class TurnBoard:
         self._claims: set[str] = set()
         self._plan: Plan = {}
         self._planned_at: float | None = None
+        self._held: frozenset[tuple[str, tuple[str, str]]] = frozenset()
+        self._held_at: float | None = None
+
+    def target_held(self, namespace: str, target: tuple[str, str]) -> bool:
+        """Whether a session in `namespace` holds `target` (queueing.target_key) now: it took
+        its slot and has not finished. Read from a set made at most once per
+        PLAN_MAX_AGE_SECONDS, so each watched job of each trigger costs a look-up, not a pass
+        over every session the operator knows."""
+        now = self._clock()
+        if self._held_at is None or now - self._held_at > PLAN_MAX_AGE_SECONDS:
+            self._held = frozenset(
+                (e.namespace, e.target)
+                for e in self._entries()
+                if e.standing is Standing.ACTIVE
+                or (e.uid in self._claims and e.standing in (Standing.QUEUED, Standing.PARKED))
+            )
+            self._held_at = now
+        return (namespace, target) in self._held
 
     def take_turn(self, uid: str) -> Wait | None:
         """None when the session may go on, and it then holds a slot; else why it waits."""

@@ -4,7 +4,9 @@ state current, and the evidence comes back in the order firings are preferred.
 A stuck job first (it needs a hang check, not a profile), then its step time out of band
 (the job as a whole is slower), then a straggler (one part of it is), then the data wait.
 A sample in which no rank advanced since the previous one repeats the agents' old medians:
-the band and data-wait rules skip it, so a stall does not fill a band with one value.
+the band and data-wait rules skip it, so a stall does not fill a band with one value. A
+sample taken while a session profiles the job, or soon after, goes to the hang rule only
+(triggers/holding.py).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from stepscope.api.trigger import TriggerReason, TriggerRules
 from stepscope_operator.triggers.bands import StepTimeBand
 from stepscope_operator.triggers.data_wait import DataWait
 from stepscope_operator.triggers.evidence import Evidence
+from stepscope_operator.triggers.holding import ProfilingHold
 from stepscope_operator.triggers.samples import JobSample
 from stepscope_operator.triggers.stalls import Stalls
 from stepscope_operator.triggers.stragglers import Stragglers
@@ -29,11 +32,13 @@ class JobJudge:
         self.stragglers = Stragglers(rules.straggler)
         self.stalls = Stalls(rules.hang)
         self.data_wait = DataWait(rules.data_wait)
+        self.hold = ProfilingHold()
         self.last_step: int | None = None
         self.samples = 0
 
-    def judge(self, sample: JobSample) -> list[Evidence]:
-        """Every rule's evidence from this sample, the preferred first."""
+    def judge(self, sample: JobSample, profiling: bool = False) -> list[Evidence]:
+        """Every rule's evidence from this sample, the preferred first. `profiling`: a session
+        holds the job's target now."""
         steps = [r.step for r in sample.ranks if r.step is not None]
         step = max(steps, default=None)
         advanced = step is not None and (self.last_step is None or step > self.last_step)
@@ -41,6 +46,8 @@ class JobJudge:
         found: list[Evidence | None] = []
         if self.rules.hang.enabled:
             found.append(self.stalls.observe(sample))
+        if self.hold.holds(profiling, steps):
+            return [e for e in found if e is not None]
         if advanced:
             self.samples += 1
             times = sample.step_times()
@@ -56,10 +63,12 @@ class JobJudge:
 
     def steady(self) -> bool:
         """Whether the job's step time has settled: its band is made and the newest sample
-        lies inside it. Without the band rule a job has no band to settle in."""
+        lies inside it, and no session's profiling holds its samples. Without the band rule a
+        job has no band to settle in."""
         band = self.band.band
         return (
             self.rules.step_time_band.enabled
+            and not self.hold.holding
             and band is not None
             and bool(self.band.window)
             and self.band.window[-1] <= band.upper
@@ -67,6 +76,10 @@ class JobJudge:
 
     def describe(self) -> str:
         """Where the job's band stands, for the trigger's Ready condition."""
+        where = self._describe_band()
+        return f"{self.hold.describe()}; {where}" if self.hold.holding else where
+
+    def _describe_band(self) -> str:
         rule = self.rules.step_time_band
         if not rule.enabled:
             return f"{self.samples} samples"

@@ -39,6 +39,7 @@ from stepscope.api.trigger import (
     TriggerFiring,
 )
 from stepscope_operator.context import OperatorContext
+from stepscope_operator.sessions.queueing import target_key
 from stepscope_operator.sessions.status import READY, set_condition
 from stepscope_operator.threads import computed
 from stepscope_operator.triggers.firing import Told, fire, recall_firings
@@ -150,7 +151,8 @@ async def watch_trigger(
             continue
         answered += 1
         judge = watch.judges.setdefault(job, JobJudge(spec.rules))
-        found = await computed(meta["namespace"], judge.judge, sample)
+        profiling = ctx.turns.target_held(meta["namespace"], target_key(target.to_wire()))
+        found = await computed(meta["namespace"], judge.judge, sample, profiling)
         for evidence in found:
             outcome = await fire(ctx, board.ledger, watch.told, body, spec, target, job, evidence)
             if isinstance(outcome, TriggerFiring):

@@ -1,5 +1,6 @@
 """A ProfileTrigger opens sessions by itself: when the job's step time leaves its band, and a
-hang check when the job stops; within its cooldown a second rise opens nothing; a session
+hang check when the job stops; while a session profiles the job its samples are held, not
+judged; within its cooldown a second rise opens nothing; a session
 the API server refuses (a quota) is told in the server's words and tried again later. A
 triggered session is compared with the job's last good session (a baseline the trigger
 recorded while the job was steady), and the verdict lands in the session's and the
@@ -123,7 +124,7 @@ def no_sessions_quota(local_cluster, namespace: str) -> None:
 
 
 def test_a_slowdown_and_a_stop_open_sessions_within_the_cooldown(
-    local_cluster, namespace, fleet, trigger_operator
+    local_cluster, namespace, fleet, trigger_operator, pod_runner
 ):
     no_sessions_quota(local_cluster, namespace)
     local_cluster.kubectl("apply", "-f", "-", input=json.dumps(trigger_manifest(namespace)))
@@ -194,9 +195,29 @@ def test_a_slowdown_and_a_stop_open_sessions_within_the_cooldown(
     printed = local_cluster.kubectl("get", "profiletriggers", "-n", namespace).stdout
     assert "StepTimeOutOfBand" in printed and name in printed, printed
 
+    # While the session profiles the job its samples are held: not judged, not in the band.
+    wait_until(
+        lambda: "held: a session is profiling the job" in ready_message(local_cluster, namespace),
+        30,
+        "the job's samples held",
+    )
+    wait_until(
+        lambda: session_phase(local_cluster, namespace, name) in ("Succeeded", "Failed"),
+        90,
+        "the opened session finished",
+    )
     # Back to speed, then a second rise within the cooldown: the rule sees it, nothing opens.
     fleet.step_s = STEP_S
-    wait_until(lambda: "in band" in ready_message(local_cluster, namespace), 60, "back in band")
+    wait_until(
+        lambda: (
+            (message := ready_message(local_cluster, namespace)).startswith(
+                "pods/app=fleet: in band"
+            )
+            and "held" not in message
+        ),
+        60,
+        "back in band, judged again",
+    )
     fleet.step_s = 2 * STEP_S
     cooling = wait_until(
         lambda: [

@@ -64,3 +64,20 @@ def test_data_wait_is_charged_to_the_step_and_the_ring_is_bounded():
     recent = counter.recent()
     assert recent.global_step == settings.RING_CAPACITY + 11
     assert recent.data_wait_ms == 0.0
+
+
+def test_the_reported_median_covers_the_newest_steps_the_operator_counts_on(monkeypatch):
+    """The operator holds a trigger's samples until every rank has stepped RECENT_STEPS
+    past a session (operator/stepscope_operator/triggers/holding.py): the agent's median must
+    cover exactly that many newest steps. Step i lasts i seconds, so the median of the newest
+    n of 100 steps is 100 - (n - 1) / 2, which names n."""
+    from stepscope.api.agent import RECENT_STEPS
+
+    clock = [0.0]
+    monkeypatch.setattr(time, "perf_counter", lambda: clock[0])
+    counter, _ = counter_with_log()
+    for duration in range(1, 101):
+        clock[0] += duration
+        counter.optimizer_stepped(counter)
+    assert settings.RECENT_STEPS == RECENT_STEPS
+    assert counter.recent().step_time_ms == pytest.approx((100 - (RECENT_STEPS - 1) / 2) * 1e3)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime, timedelta
 
+from stepscope_operator.sessions.queueing import Limits, queue_entry
+from stepscope_operator.sessions.turns import TurnBoard
 from stepscope_operator.triggers import watching
 from stepscope_operator.triggers.judging import JobJudge
 from stepscope_operator.triggers.samples import JobSample, RankSample
@@ -19,10 +21,18 @@ from stepscope.api.trigger import ProfileTriggerSpec, TriggerEventReason, Trigge
 
 
 class Clock:
-    """The one part of the operator's context these ticks use: its clock."""
+    """The parts of the operator's context these ticks use: its clock, and the board that
+    says which jobs a session holds (over `sessions`, the operator's index)."""
 
     def __init__(self) -> None:
         self.at = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
+        self.sessions: list[dict] = []
+        self.monotonic = 0.0
+        self.turns = TurnBoard(
+            lambda: [queue_entry(b) for b in self.sessions],
+            Limits(16, 4, 8),
+            lambda: self.monotonic,
+        )
 
     def now(self) -> datetime:
         return self.at
@@ -168,3 +178,44 @@ def test_a_job_is_steady_once_its_band_is_made_and_its_newest_sample_lies_inside
     assert judge.steady()
     judge.judge(sample(200.0))
     assert not judge.steady()
+
+
+def test_a_job_a_session_profiles_is_held_not_fired_on(monkeypatch):
+    """The job's band is made; then a session of it runs and the job steps 50% slower: the
+    ticks say the job is held and fire nothing (a firing would reach for an API server this
+    context has not). Once the session has ended and the job has stepped past its agents'
+    medians, the job is in its band again."""
+    step, ms = 0, 100.0
+
+    async def sample(ctx, namespace, target):
+        nonlocal step
+        step += 20
+        return JobSample(ranks=(RankSample(0, "p", "n", step, ms, None, step, step, ms),))
+
+    monkeypatch.setattr(watching, "sample_job", sample)
+    clock, board, body = Clock(), TriggerBoard(), trigger(WATCHING)
+    board.watch_for("u-1", 1).recalled = True  # no sessions to count again: no API server
+
+    def ticks(count: int) -> None:
+        for _ in range(count):
+            make_due(board)
+            clock.monotonic += 1
+            clock.at += timedelta(seconds=5)
+            tick(board, body, clock)
+
+    ticks(8)
+    assert ready(body)["message"].startswith("pytorchjob/llama: in band")
+    running = {"metadata": {**body["metadata"], "name": "s", "uid": "s"}, "status": {}}
+    running["spec"] = {"target": {"pytorchJob": "llama", "ranks": "all"}}
+    running["status"]["phase"] = "Capturing"
+    clock.sessions.append(running)
+    ms = 150.0
+    ticks(6)
+    assert "held: a session is profiling the job" in ready(body)["message"]
+    running["status"]["phase"] = "Succeeded"
+    ticks(1)  # the first sample after it: its median may still hold profiled steps
+    assert "held until every rank reaches step" in ready(body)["message"]
+    ms = 100.0
+    ticks(1)
+    assert ready(body)["message"].startswith("pytorchjob/llama: in band")
+    assert "lastFired" not in body["status"]
