@@ -19,7 +19,16 @@ from stepscope_operator.sessions.analysis_job import COMPONENT, COMPONENT_LABEL
 
 from stepscope.analysis.reports.rank_track import LAG_PID, STEPS_PID
 from stepscope.api.verdict import Bottleneck
+from support import wait_until
 from support.operator_helpers import get_session, session_events
+
+
+def _told_succeeded(cluster: Any, namespace: str, name: str) -> list[str] | None:
+    """The reasons of the session's Events, once they include Succeeded. The operator posts
+    that Event after the status write that ends the session, so a reader who saw the phase
+    may list the Events a moment before it lands."""
+    reasons = [e["reason"] for e in session_events(cluster, namespace, name)]
+    return reasons if "Succeeded" in reasons else None
 
 
 def check_analysed_session(
@@ -46,7 +55,11 @@ def check_analysed_session(
     ready = next(c for c in status["conditions"] if c["type"] == "Ready")
     assert ready["status"] == "True" and ready["reason"] == "AllRanksCaptured"
 
-    reasons = [e["reason"] for e in session_events(cluster, namespace, name)]
+    reasons = wait_until(
+        lambda: _told_succeeded(cluster, namespace, name),
+        30,
+        f"session {namespace}/{name}'s Succeeded Event",
+    )
     for phase in ("Planning", "Armed", "Collecting", "Analyzing", "Succeeded"):
         assert phase in reasons, reasons
     assert reasons.index("Armed") < reasons.index("Succeeded")

@@ -53,8 +53,14 @@ def test_missing_job_fails_fast_with_a_clear_condition(local_cluster, namespace,
     assert resolved["reason"] == "TargetNotFound"
     assert body["status"]["target"] == "pytorchjob/no-such-job"
     assert elapsed < 20, f"took {elapsed:.1f}s to fail"
-    events = session_events(local_cluster, namespace, "ghost")
-    assert [(e["type"], e["reason"]) for e in events][-1] == ("Warning", "Failed")
+
+    def told_failed() -> list[tuple[str, str]] | None:
+        # The Failed Event is posted after the status write that ended the session.
+        told = [(e["type"], e["reason"]) for e in session_events(local_cluster, namespace, "ghost")]
+        return told if ("Warning", "Failed") in told else None
+
+    told = wait_until(told_failed, 30, "the Failed Event")
+    assert told[-1] == ("Warning", "Failed"), told
     printed = local_cluster.kubectl("get", "profilesession", "ghost", "-n", namespace).stdout
     assert "Failed" in printed and "pytorchjob/no-such-job" in printed
 
