@@ -30,9 +30,7 @@ from stepscope.analysis.comparing.step_comparison import (
 from stepscope.analysis.model.job_summary import JobSummary
 from stepscope.analysis.model.rank_summary import TOP_N, Breakdown, OpStat, RankSummary
 
-# scipy.stats is imported in the functions that use it: the import takes about half a second of
-# CPU, and the operator imports this module at start for its models, comparing only when a
-# session ends.
+# scipy.stats is imported in the function that uses it, as in step_comparison.py (why there).
 
 MIN_CAUSE_PCT = 1.0
 MAX_CAUSES = 5
